@@ -1,0 +1,128 @@
+"""One typed settings object, read once from ``FLASHSALE_*`` environment variables.
+
+Nothing else in the project reads ``os.environ``. Defaults point at the local stack that
+``flashsale stack up`` starts, on ports chosen so they never collide with a system Redis,
+Kafka or PostgreSQL on the default ports.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+PREFIX = "FLASHSALE_"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _split(value: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in value.split(",") if part.strip())
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # Where things are.
+    redis_nodes: tuple[str, ...] = (
+        "127.0.0.1:7101",
+        "127.0.0.1:7102",
+        "127.0.0.1:7103",
+        "127.0.0.1:7104",
+        "127.0.0.1:7105",
+        "127.0.0.1:7106",
+    )
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    pg_dsn: str = "postgresql://flashsale@127.0.0.1:54329/flashsale"
+    state_dir: Path = PROJECT_ROOT / ".stack"
+    # Downloaded artefacts (the Kafka jars) live here, outside the repository.
+    cache_dir: Path = Path.home() / ".cache" / "flashsale"
+
+    # Local stack ports (only used by `flashsale stack`).
+    pg_port: int = 54329
+    kafka_controller_port: int = 19093
+    kafka_heap: str = "512m"
+
+    # Kafka topics and their partition counts (created explicitly, never auto-created).
+    orders_topic: str = "flashsale.orders"
+    orders_partitions: int = 12
+    vouchers_topic: str = "flashsale.vouchers"
+    vouchers_partitions: int = 6
+    deadletter_topic: str = "flashsale.deadletter"
+
+    # Auth.
+    jwt_secret: str = "dev-only-secret-change-me-0123456789abcdef"  # noqa: S105 - local stack
+    jwt_public_key: str = ""
+    jwt_algorithms: tuple[str, ...] = ("HS256",)
+    jwt_leeway_seconds: int = 5
+    admin_token: str = "dev-admin-token"  # noqa: S105 - local stack
+    service_token: str = "dev-service-token"  # noqa: S105 - local stack
+
+    # Gateway.
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8088
+    gateway_workers: int = 1
+    redis_timeout_ms: int = 250
+    kafka_timeout_ms: int = 3000
+    inflight_cap: int = 4096
+    user_rate_per_s: float = 5.0
+    user_burst: float = 10.0
+    ip_rate_per_s: float = 20000.0
+    ip_burst: float = 40000.0
+    item_cache_seconds: float = 2.0
+    shard_breaker_failures: int = 5
+    shard_breaker_cooldown_ms: int = 1000
+    outbox_relay_interval_ms: int = 1000
+    outbox_relay_min_age_ms: int = 5000
+
+    # Writer and jobs.
+    writer_group: str = "flashsale-writer"
+    writer_batch_size: int = 1000
+    writer_batch_ms: int = 50
+    expiry_interval_ms: int = 1000
+    voucher_hold_seconds: int = 900
+
+    # Named failpoints armed for tests (comma separated), inert otherwise.
+    failpoints: tuple[str, ...] = ()
+
+    @property
+    def pg_data_dir(self) -> Path:
+        return self.state_dir / "postgres"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.state_dir / "logs"
+
+
+def _coerce(raw: str, kind: Any) -> Any:
+    if kind is int:
+        return int(raw)
+    if kind is float:
+        return float(raw)
+    if kind is Path:
+        return Path(raw)
+    if kind == tuple[str, ...]:
+        return _split(raw)
+    return raw
+
+
+def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """Build settings from an environment mapping; a bad value fails loudly at start-up."""
+    env = os.environ if environ is None else environ
+    hints = get_type_hints(Settings)
+    values: dict[str, Any] = {}
+    for f in fields(Settings):
+        raw = env.get(PREFIX + f.name.upper())
+        if raw is None:
+            continue
+        try:
+            values[f.name] = _coerce(raw, hints[f.name])
+        except ValueError as exc:
+            raise SystemExit(f"invalid {PREFIX}{f.name.upper()}={raw!r}: {exc}") from exc
+    return Settings(**values)
+
+
+@functools.cache
+def settings() -> Settings:
+    return load_settings()
