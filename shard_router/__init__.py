@@ -1,0 +1,18 @@
+"""Routes a buyer to their home stock shard ``{item:<id>:<userId % N>}`` on the Redis Cluster and
+runs the lua/ scripts there, auto-pipelined per node, each call under a deadline."""
+
+from .errors import ShardUnavailable
+from .keys import ShardKeys, home_shard, shard_keys
+from .router import Outcome, Reservation, ShardRouter, ShardState, make_client
+
+__all__ = [
+    "Outcome",
+    "Reservation",
+    "ShardKeys",
+    "ShardRouter",
+    "ShardState",
+    "ShardUnavailable",
+    "home_shard",
+    "make_client",
+    "shard_keys",
+]

@@ -1,0 +1,12 @@
+"""Errors of the shard router. Every one means: Redis could not confirm, answer 503."""
+
+from __future__ import annotations
+
+
+class ShardUnavailable(Exception):
+    """A shard did not answer within its deadline, is known to be down, or errored."""
+
+    def __init__(self, node: str, reason: str) -> None:
+        super().__init__(f"{node}: {reason}")
+        self.node = node
+        self.reason = reason

@@ -1,0 +1,28 @@
+"""Key names of one stock shard: every key of shard k of an item shares the hash tag
+``{item:<id>:<k>}``, so one Lua call can touch them all on one cluster node."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class ShardKeys(NamedTuple):
+    stock: str
+    buyers: str
+    orders: str
+    outbox: str
+
+
+def shard_keys(item_id: int, shard: int) -> ShardKeys:
+    tag = f"{{item:{item_id}:{shard}}}"
+    return ShardKeys(f"{tag}:stock", f"{tag}:buyers", f"{tag}:orders", f"{tag}:outbox")
+
+
+def home_shard(user_id: int, shards: int) -> int:
+    """The buyer's home shard: where their dedup entry lives and their first unit is looked for."""
+    return user_id % shards
+
+
+def borrow_order(home: int, shards: int) -> list[int]:
+    """The other shards, in the order a buyer with this home shard asks them for a unit."""
+    return [(home + step) % shards for step in range(1, shards)]

@@ -1,0 +1,31 @@
+"""The Lua scripts of lua/, read once and named by their SHA1 for EVALSHA."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    name: str
+    source: bytes
+    sha: str
+
+
+def _load(name: str) -> Script:
+    source = (LUA_DIR / f"{name}.lua").read_bytes()
+    return Script(name, source, hashlib.sha1(source, usedforsecurity=False).hexdigest())
+
+
+RESERVE = _load("reserve")
+BORROW = _load("borrow")
+CLAIM = _load("claim")
+RELEASE = _load("release")
+UNCLAIM = _load("unclaim")
+LOAD_SHARD = _load("load_shard")
+
+ALL = (RESERVE, BORROW, CLAIM, RELEASE, UNCLAIM, LOAD_SHARD)
