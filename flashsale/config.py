@@ -52,7 +52,7 @@ class Settings:
     deadletter_topic: str = "flashsale.deadletter"
 
     # Auth.
-    jwt_secret: str = "dev-only-secret-change-me-0123456789abcdef"  # noqa: S105 - local stack
+    jwt_secret: str = "dev-only-secret-for-the-local-stack-change-me-0123456789abcdef0123"  # noqa: S105 - local stack
     jwt_public_key: str = ""
     jwt_algorithms: tuple[str, ...] = ("HS256",)
     jwt_leeway_seconds: int = 5
@@ -71,6 +71,7 @@ class Settings:
     ip_rate_per_s: float = 20000.0
     ip_burst: float = 40000.0
     item_cache_seconds: float = 2.0
+    sold_out_flag_ttl_ms: int = 1000
     shard_breaker_failures: int = 5
     shard_breaker_cooldown_ms: int = 1000
     outbox_relay_interval_ms: int = 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -101,13 +102,22 @@ class ShardRouter:
         return in_sync
 
     async def reserve(
-        self, item_id: int, shards: int, user_id: int, order_id: str, payload: bytes
+        self,
+        item_id: int,
+        shards: int,
+        user_id: int,
+        order_id: str,
+        payload_for: Callable[[int], bytes],
     ) -> Reservation:
-        """Take one unit for the buyer: home shard first, then borrow from the others."""
+        """Take one unit for the buyer: home shard first, then borrow from the others.
+
+        ``payload_for(shard)`` is the order event as written to the outbox of the shard the unit
+        comes from (the event names that shard).
+        """
         home = home_shard(user_id, shards)
         keys = shard_keys(item_id, home)
         code, value = await self.pipeline.call(
-            scripts.RESERVE, list(keys), [user_id, order_id, payload]
+            scripts.RESERVE, list(keys), [user_id, order_id, payload_for(home)]
         )
         text = value.decode() if isinstance(value, bytes) else str(value)
         if code == 0:
@@ -117,7 +127,9 @@ class ShardRouter:
         if code == 2:
             return Reservation(Outcome.ALREADY, text)
         for donor in borrow_order(home, shards):
-            reservation = await self._borrow(item_id, home, donor, user_id, order_id, payload)
+            reservation = await self._borrow(
+                item_id, home, donor, user_id, order_id, payload_for(donor)
+            )
             if reservation is not None:
                 return reservation
         return Reservation(Outcome.SOLD_OUT, order_id)
@@ -166,6 +178,12 @@ class ShardRouter:
             [user_id, order_id],
         )
         return released
+
+    async def buyer_order(self, item_id: int, shards: int, user_id: int) -> str | None:
+        """The order the buyer holds for this item according to their home shard, if any."""
+        keys = shard_keys(item_id, home_shard(user_id, shards))
+        value = await self._with_deadline(self.client.hget(keys.buyers, str(user_id)))
+        return value.decode() if value else None
 
     async def ack_outbox(self, item_id: int, unit_shard: int, order_ids: list[str]) -> None:
         """Kafka acknowledged these orders: drop them from the shard's outbox."""

@@ -1,0 +1,60 @@
+"""Creating a sale: the admin request's wire type and the insert, shared by HTTP and the CLI."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated
+
+import asyncpg
+import msgspec
+
+Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class NewItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    product_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    quantity: Annotated[int, msgspec.Meta(ge=0, le=100_000_000)]
+    price: Annotated[int, msgspec.Meta(ge=0)]
+    shards: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+
+
+class NewSale(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    name: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    starts_at: dt.datetime
+    ends_at: dt.datetime
+    items: Annotated[list[NewItem], msgspec.Meta(min_length=1, max_length=1000)]
+    payment_window_seconds: Annotated[int, msgspec.Meta(ge=1, le=86_400)] = 600
+
+    def __post_init__(self) -> None:
+        if self.starts_at.tzinfo is None or self.ends_at.tzinfo is None:
+            raise ValueError("startsAt and endsAt need a time zone")
+        if self.ends_at <= self.starts_at:
+            raise ValueError("endsAt must be after startsAt")
+
+
+decode_new_sale = msgspec.json.Decoder(NewSale).decode
+
+
+async def create_sale(pool: asyncpg.Pool, sale: NewSale) -> tuple[int, list[int]]:
+    async with pool.acquire() as conn, conn.transaction():
+        sale_id: int = await conn.fetchval(
+            "insert into flash_sale (name, starts_at, ends_at, payment_window_seconds) "
+            "values ($1, $2, $3, $4) returning id",
+            sale.name,
+            sale.starts_at,
+            sale.ends_at,
+            sale.payment_window_seconds,
+        )
+        item_ids = [
+            await conn.fetchval(
+                "insert into flash_sale_item (sale_id, product_id, price, quantity, shards) "
+                "values ($1, $2, $3, $4, $5) returning id",
+                sale_id,
+                item.product_id,
+                item.price,
+                item.quantity,
+                item.shards,
+            )
+            for item in sale.items
+        ]
+    return sale_id, item_ids

@@ -1,0 +1,33 @@
+"""``python -m gateway``: serve the gateway with granian (uvloop, one process per core)."""
+
+from __future__ import annotations
+
+import argparse
+
+from granian.constants import Interfaces, Loops
+from granian.server import Server
+
+from flashsale.config import settings
+
+
+def main() -> None:
+    cfg = settings()
+    parser = argparse.ArgumentParser(prog="python -m gateway")
+    parser.add_argument("--host", default=cfg.gateway_host)
+    parser.add_argument("--port", type=int, default=cfg.gateway_port)
+    parser.add_argument("--workers", type=int, default=cfg.gateway_workers)
+    args = parser.parse_args()
+    Server(
+        "gateway.asgi:app",
+        address=args.host,
+        port=args.port,
+        workers=args.workers,
+        interface=Interfaces.ASGI,
+        loop=Loops.uvloop,
+        log_access=False,
+        backlog=4096,
+    ).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The admin API, behind its own bearer token: create a sale, arm it, read live counters."""
+
+from __future__ import annotations
+
+import hmac
+
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from flashsale.sales import create_sale, decode_new_sale
+from jobs.arm import arm_sale
+from jobs.errors import NotReady
+from shard_router import ShardUnavailable
+
+from .errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
+from .responses import json_response
+from .services import Services
+from .soldout import publish
+
+MAX_BODY = 1 << 20
+
+
+def _authorized(request: Request) -> Services:
+    s: Services = request.app.state.services
+    header = request.headers.get("authorization", "")
+    expected = f"Bearer {s.cfg.admin_token}"
+    if not hmac.compare_digest(header.encode(), expected.encode()):
+        raise Unauthorized()
+    return s
+
+
+def _int_param(request: Request, name: str, code: str) -> int:
+    text = request.path_params[name]
+    if not text.isdigit() or len(text) > 15:
+        raise NotFound(code)
+    return int(text)
+
+
+async def post_sale(request: Request) -> Response:
+    s = _authorized(request)
+    body = await request.body()
+    if len(body) > MAX_BODY:
+        raise BadRequest("BODY_TOO_LARGE")
+    try:
+        sale = decode_new_sale(body)
+    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+        raise BadRequest(detail=str(exc)) from None
+    sale_id, item_ids = await create_sale(s.pool, sale)
+    return json_response(
+        {
+            "saleId": sale_id,
+            "items": [
+                {
+                    "itemId": item_id,
+                    "productId": item.product_id,
+                    "quantity": item.quantity,
+                    "shards": item.shards,
+                }
+                for item_id, item in zip(item_ids, sale.items, strict=True)
+            ],
+        },
+        status=201,
+    )
+
+
+async def arm(request: Request) -> Response:
+    s = _authorized(request)
+    sale_id = _int_param(request, "sale_id", "SALE_NOT_FOUND")
+    try:
+        armed = await arm_sale(s.pool, s.router, sale_id)
+    except NotReady as exc:
+        raise Conflict(NotReady.code, detail=str(exc)) from None
+    except ShardUnavailable:
+        raise Unavailable() from None
+    await s.catalog.refresh()
+    for item in armed:
+        s.flags.clear(item.item_id)
+        await publish(s.router.client, "restock", item.item_id)
+    return json_response(
+        {
+            "saleId": sale_id,
+            "items": [
+                {"itemId": a.item_id, "shards": a.shards, "units": a.units, "held": a.held}
+                for a in armed
+            ],
+        }
+    )
+
+
+async def get_item(request: Request) -> Response:
+    s = _authorized(request)
+    item_id = _int_param(request, "item_id", "ITEM_NOT_FOUND")
+    row = await s.pool.fetchrow(
+        "select quantity, sold, shards, paused from flash_sale_item where id = $1", item_id
+    )
+    if row is None:
+        raise NotFound("ITEM_NOT_FOUND")
+    try:
+        states = await s.router.shard_states(item_id, row["shards"])
+    except ShardUnavailable:
+        raise Unavailable() from None
+    return json_response(
+        {
+            "itemId": item_id,
+            "quantity": row["quantity"],
+            "sold": row["sold"],
+            "paused": row["paused"],
+            "unitsLeft": sum(st.stock for st in states),
+            "shards": [
+                {
+                    "shard": st.shard,
+                    "node": st.node,
+                    "stock": st.stock,
+                    "holds": st.holds,
+                    "buyers": st.buyers,
+                    "outbox": st.outbox,
+                }
+                for st in states
+            ],
+        }
+    )

@@ -1,0 +1,116 @@
+"""Wires the gateway: a thin ASGI front that serves the purchase route itself (the hot path,
+no framework in the way) and hands every other route to a Starlette app."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+
+from flashsale.config import Settings, settings
+
+from . import admin, metrics, orders
+from .errors import ApiError, Unavailable
+from .purchase import PurchaseHandler
+from .responses import error_response, json_response
+from .services import Services
+
+PURCHASE_PREFIX = "/api/flash-sales/items/"
+PURCHASE_SUFFIX = "/purchase"
+
+
+async def healthz(request: Request) -> Response:
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: Request) -> Response:
+    s: Services = request.app.state.services
+    redis_ok = True
+    try:
+        await s.router._with_deadline(s.router.client.ping(), timeout=1.0)
+    except Exception:  # noqa: BLE001 - any failure means not ready
+        redis_ok = False
+    kafka_ok = s.producer.reachable(1.0)
+    if not (redis_ok and kafka_ok):
+        raise Unavailable("NOT_READY", redis=redis_ok, kafka=kafka_ok)
+    return json_response({"status": "ready", "redis": True, "kafka": True})
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    s: Services = request.app.state.services
+    for item in s.catalog.live_items():
+        with contextlib.suppress(Exception):
+            for state in await s.router.shard_states(item.id, item.shards):
+                metrics.SHARD_STOCK.labels(str(item.id), str(state.shard)).set(state.stock)
+    return PlainTextResponse(
+        metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8"
+    )
+
+
+async def api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    code = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "INVALID_REQUEST")
+    return json_response({"error": code}, status=exc.status_code)
+
+
+def build_app(cfg: Settings | None = None) -> FlashSaleApp:
+    cfg = cfg or settings()
+    front = FlashSaleApp()
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        services = await Services.start(cfg)
+        app.state.services = services
+        front.purchase = PurchaseHandler(services)
+        try:
+            yield
+        finally:
+            await services.close()
+
+    front.inner = Starlette(
+        routes=[
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+            Route("/metrics", metrics_endpoint),
+            Route("/api/flash-sales/orders/{order_id}", orders.get_order),
+            Route("/api/flash-sales/orders/{order_id}/pay", orders.pay_order, methods=["POST"]),
+            Route(
+                "/api/flash-sales/orders/{order_id}/cancel", orders.cancel_order, methods=["POST"]
+            ),
+            Route("/admin/sales", admin.post_sale, methods=["POST"]),
+            Route("/admin/sales/{sale_id}/arm", admin.arm, methods=["POST"]),
+            Route("/admin/items/{item_id}", admin.get_item),
+        ],
+        exception_handlers={ApiError: api_error, HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    return front
+
+
+class FlashSaleApp:
+    inner: Starlette
+    purchase: PurchaseHandler | None = None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            path: str = scope["path"]
+            if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
+                if scope["method"] != "POST":
+                    await self.inner(scope, receive, send)
+                    return
+                if self.purchase is None:
+                    raise RuntimeError("purchase route called before start-up")
+                await self.purchase(scope, send, path[len(PURCHASE_PREFIX) : -len(PURCHASE_SUFFIX)])
+                return
+        await self.inner(scope, receive, send)

@@ -1,0 +1,99 @@
+"""The outbox's two halves in the gateway.
+
+``OutboxAcker`` drops entries whose order Kafka acknowledged, batched: one HDEL per shard per
+loop tick. ``relay`` re-sends entries that stayed too long (a gateway died between the Lua call
+and the ack, or the ack's outcome was unknown); the writer deduplicates by orderId, so a re-send
+of an order that did reach Kafka is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+
+import msgspec
+
+from flashsale.config import Settings
+from flashsale.events import OrderPlaced, decode
+from shard_router import ShardRouter
+
+from .catalog import Catalog
+from .metrics import RELAYED
+from .producer import OrderProducer
+
+log = logging.getLogger(__name__)
+
+
+class OutboxAcker:
+    def __init__(self, router: ShardRouter) -> None:
+        self.router = router
+        self._pending: dict[tuple[int, int], list[str]] = defaultdict(list)
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def ack(self, item_id: int, shard: int, order_id: str) -> None:
+        self._pending[(item_id, shard)].append(order_id)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, defaultdict(list)
+        for (item_id, shard), order_ids in pending.items():
+            task = asyncio.ensure_future(self._send(item_id, shard, order_ids))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, item_id: int, shard: int, order_ids: list[str]) -> None:
+        try:
+            await self.router.ack_outbox(item_id, shard, order_ids)
+        except Exception as exc:  # noqa: BLE001 - the relay re-sends; the writer dedups
+            log.warning("outbox ack failed for item %s shard %s: %s", item_id, shard, exc)
+
+
+async def relay_once(
+    cfg: Settings,
+    router: ShardRouter,
+    catalog: Catalog,
+    producer: OrderProducer,
+    acker: OutboxAcker,
+) -> int:
+    """Re-send every outbox entry older than the minimum age; returns how many were sent."""
+    cutoff_ms = time.time() * 1000 - cfg.outbox_relay_min_age_ms
+    sent = 0
+    for item in catalog.live_items():
+        for shard in range(item.shards):
+            for order_id, payload in (await router.outbox(item.id, shard)).items():
+                try:
+                    event = decode(payload)
+                except msgspec.MsgspecError:
+                    continue  # not ours to judge: reconciliation reports it
+                if not isinstance(event, OrderPlaced) or event.created_at_ms > cutoff_ms:
+                    continue
+                await producer.send(cfg.orders_topic, order_id.encode(), payload)
+                acker.ack(item.id, shard, order_id)
+                sent += 1
+    RELAYED.inc(sent)
+    return sent
+
+
+async def run_relay(
+    cfg: Settings,
+    router: ShardRouter,
+    catalog: Catalog,
+    producer: OrderProducer,
+    acker: OutboxAcker,
+    stop: asyncio.Event,
+) -> None:
+    while not stop.is_set():
+        try:
+            await relay_once(cfg, router, catalog, producer, acker)
+        except Exception as exc:  # noqa: BLE001 - try again next round
+            log.warning("outbox relay round failed: %s", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), cfg.outbox_relay_interval_ms / 1000)
+        except TimeoutError:
+            pass

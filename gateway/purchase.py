@@ -1,0 +1,166 @@
+"""``POST /api/flash-sales/items/{itemId}/purchase``, as a raw ASGI handler.
+
+The checks run cheapest first, so the 98% who lose are answered before any I/O:
+route and item config (cached) → sale window → local SOLD-OUT flag → JWT (cached) → per-user and
+per-IP token buckets → in-flight cap → one Lua reservation (borrowing if the home shard is
+empty) → Kafka acknowledgement → 202.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flashsale.events import OrderPlaced, encode
+from flashsale.failpoints import failpoint
+from flashsale.order_ids import new_order_id
+from shard_router import Outcome, ShardUnavailable, home_shard
+
+from . import metrics
+from .catalog import Item
+from .errors import (
+    ApiError,
+    Conflict,
+    NotFound,
+    RateLimited,
+    SaleNotOpen,
+    SoldOut,
+    Unavailable,
+)
+from .producer import NeverSent, OutcomeUnknown
+from .ratelimit import retry_after_seconds
+from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
+from .responses import encode as encode_json
+from .services import Services
+from .soldout import publish
+
+Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
+_OUTCOME_BY_ERROR = {
+    401: "unauthorized",
+    403: "sale_not_open",
+    404: "item_not_found",
+    409: "already_purchased",
+    410: "sold_out",
+    429: "rate_limited",
+    503: "unavailable",
+    400: "bad_request",
+}
+
+
+class PurchaseHandler:
+    def __init__(self, services: Services) -> None:
+        self.s = services
+
+    async def __call__(self, scope: dict[str, Any], send: Any, item_text: str) -> None:
+        status, headers, body = await self.answer(scope, item_text)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def answer(self, scope: dict[str, Any], item_text: str) -> Answer:
+        try:
+            return await self._decide(scope, item_text)
+        except ApiError as error:
+            metrics.PURCHASE[_OUTCOME_BY_ERROR.get(error.status, "bad_request")].inc()
+            return render(error)
+
+    async def _decide(self, scope: dict[str, Any], item_text: str) -> Answer:
+        item = await self._item(item_text)
+        now = time.time()
+        if not item.is_open(now):
+            raise SaleNotOpen()
+        if self.s.flags.is_sold_out(item.id):
+            # Nothing changes state on this path, so it needs no token check.
+            metrics.SOLD_OUT_FLAG_HITS.inc()
+            metrics.PURCHASE["sold_out_flag"].inc()
+            return 410, SOLD_OUT_HEADERS, SOLD_OUT_BODY
+        user_id = self.s.verifier.user_id(_header(scope, b"authorization"))
+        self._rate_limit(user_id, scope, time.monotonic())
+        if self.s.inflight >= self.s.cfg.inflight_cap:
+            metrics.SHED.inc()
+            raise Unavailable()
+        self.s.inflight += 1
+        try:
+            return await self._reserve(item, user_id, now)
+        finally:
+            self.s.inflight -= 1
+
+    async def _item(self, item_text: str) -> Item:
+        if not item_text.isdigit() or len(item_text) > 15:
+            raise NotFound("ITEM_NOT_FOUND")
+        item_id = int(item_text)
+        item = self.s.catalog.cached(item_id) or await self.s.catalog.get(item_id)
+        if item is None:
+            raise NotFound("ITEM_NOT_FOUND")
+        return item
+
+    def _rate_limit(self, user_id: int, scope: dict[str, Any], now: float) -> None:
+        wait = self.s.user_buckets.take(user_id, now)
+        if wait:
+            metrics.USER_LIMITED.inc()
+            raise RateLimited(retry_after=retry_after_seconds(wait))
+        client = scope.get("client")
+        wait = self.s.ip_buckets.take(client[0] if client else "-", now)
+        if wait:
+            metrics.IP_LIMITED.inc()
+            raise RateLimited(retry_after=retry_after_seconds(wait))
+
+    async def _reserve(self, item: Item, user_id: int, now: float) -> Answer:
+        started = time.perf_counter()
+        order_id = new_order_id(item.id)
+        created_ms = int(now * 1000)
+        expires_ms = created_ms + item.payment_window_s * 1000
+        home = home_shard(user_id, item.shards)
+
+        def payload_for(shard: int) -> bytes:
+            return encode(
+                OrderPlaced(order_id, item.id, user_id, shard, home, created_ms, expires_ms)
+            )
+
+        try:
+            reservation = await self.s.router.reserve(
+                item.id, item.shards, user_id, order_id, payload_for
+            )
+        except ShardUnavailable:
+            raise Unavailable() from None
+        if reservation.outcome is Outcome.SOLD_OUT:
+            await self._sold_out(item.id)
+            raise SoldOut()
+        if reservation.outcome is Outcome.ALREADY:
+            raise Conflict("ALREADY_PURCHASED", orderId=reservation.order_id)
+        failpoint("gateway.after_reserve")
+        await self._hand_off(
+            item, user_id, order_id, reservation.unit_shard, payload_for(reservation.unit_shard)
+        )
+        metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
+        metrics.PURCHASE["accepted"].inc()
+        body = encode_json({"orderId": order_id, "status": "PENDING"})
+        return 202, raw_headers(body), body
+
+    async def _hand_off(
+        self, item: Item, user_id: int, order_id: str, unit_shard: int, payload: bytes
+    ) -> None:
+        try:
+            await self.s.producer.send(self.s.cfg.orders_topic, order_id.encode(), payload)
+        except NeverSent:
+            # The event never left this process: the unit can safely go back.
+            try:
+                await self.s.router.release(item.id, item.shards, unit_shard, user_id, order_id)
+            except ShardUnavailable:
+                pass  # the hold stays in the outbox; the relay sends it later
+            raise Unavailable() from None
+        except OutcomeUnknown:
+            # It may be in the log: keep the hold; the relay re-sends, the writer dedups.
+            raise Unavailable(orderId=order_id) from None
+        self.s.acker.ack(item.id, unit_shard, order_id)
+
+    async def _sold_out(self, item_id: int) -> None:
+        if not self.s.flags.is_sold_out(item_id):
+            self.s.flags.mark(item_id)
+            await publish(self.s.router.client, "soldout", item_id)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None

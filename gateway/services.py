@@ -1,0 +1,76 @@
+"""The gateway's long-lived dependencies, built once per process at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import asyncpg
+
+from flashsale.config import Settings
+from shard_router import ShardRouter
+
+from .auth import TokenVerifier
+from .catalog import Catalog
+from .outbox import OutboxAcker, run_relay
+from .producer import OrderProducer
+from .ratelimit import TokenBuckets
+from .soldout import SoldOutFlags, listen
+
+
+@dataclass
+class Services:
+    cfg: Settings
+    pool: asyncpg.Pool
+    catalog: Catalog
+    router: ShardRouter
+    producer: OrderProducer
+    acker: OutboxAcker
+    flags: SoldOutFlags
+    verifier: TokenVerifier
+    user_buckets: TokenBuckets
+    ip_buckets: TokenBuckets
+    inflight: int = 0
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @classmethod
+    async def start(cls, cfg: Settings) -> Services:
+        pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=8)
+        assert pool is not None
+        router = ShardRouter(cfg)
+        await router.start()
+        services = cls(
+            cfg=cfg,
+            pool=pool,
+            catalog=Catalog(pool, cfg.item_cache_seconds),
+            router=router,
+            producer=OrderProducer(cfg),
+            acker=OutboxAcker(router),
+            flags=SoldOutFlags(cfg.sold_out_flag_ttl_ms / 1000),
+            verifier=TokenVerifier(cfg),
+            user_buckets=TokenBuckets(cfg.user_rate_per_s, cfg.user_burst),
+            ip_buckets=TokenBuckets(cfg.ip_rate_per_s, cfg.ip_burst),
+        )
+        await services.catalog.refresh()
+        services.tasks = [
+            asyncio.create_task(services.catalog.run(services.stop)),
+            asyncio.create_task(listen(services.flags, cfg.redis_nodes, services.stop)),
+            asyncio.create_task(
+                run_relay(
+                    cfg, router, services.catalog, services.producer, services.acker, services.stop
+                )
+            ),
+        ]
+        return services
+
+    async def close(self) -> None:
+        self.stop.set()
+        for task in self.tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await asyncio.to_thread(self.producer.close)
+        await self.router.close()
+        await self.pool.close()

@@ -1,0 +1,69 @@
+"""Per-process SOLD-OUT flags, shared across instances by Redis pub/sub.
+
+A flag answers 410 with no I/O. It lives at most ``ttl`` seconds, so even a lost restock message
+cannot keep an item falsely sold out for longer than that: the next request after expiry asks
+Redis again. A release that returns stock publishes ``restock`` and every instance drops its flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+CHANNEL = "flashsale:stock-events"
+log = logging.getLogger(__name__)
+
+
+class SoldOutFlags:
+    def __init__(self, ttl_s: float) -> None:
+        self.ttl_s = ttl_s
+        self._until: dict[int, float] = {}
+
+    def is_sold_out(self, item_id: int) -> bool:
+        until = self._until.get(item_id)
+        return until is not None and until > time.monotonic()
+
+    def mark(self, item_id: int) -> None:
+        self._until[item_id] = time.monotonic() + self.ttl_s
+
+    def clear(self, item_id: int) -> None:
+        self._until.pop(item_id, None)
+
+
+async def publish(client: RedisCluster, event: str, item_id: int) -> None:
+    """Tell every instance (``soldout`` or ``restock``); best effort, the TTL covers a loss."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(client.publish(CHANNEL, f"{event}:{item_id}"), 1.0)
+
+
+async def listen(flags: SoldOutFlags, nodes: tuple[str, ...], stop: asyncio.Event) -> None:
+    """Apply broadcasts to the local flags; reconnect to another node when one goes away.
+
+    PUBLISH on a cluster reaches every node, so any one node is enough to subscribe to.
+    """
+    while not stop.is_set():
+        host, port = random.choice(nodes).rsplit(":", 1)
+        client = Redis(host=host, port=int(port), socket_connect_timeout=1)
+        try:
+            async with client.pubsub() as pubsub:
+                await pubsub.subscribe(CHANNEL)
+                while not stop.is_set():
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+                    if message is None:
+                        continue
+                    event, _, item = message["data"].decode().partition(":")
+                    if event == "soldout":
+                        flags.mark(int(item))
+                    elif event == "restock":
+                        flags.clear(int(item))
+        except Exception as exc:  # noqa: BLE001 - any failure: reconnect elsewhere
+            log.warning("stock-event subscription lost (%s); reconnecting", exc)
+            await asyncio.sleep(0.5)
+        finally:
+            await client.aclose()

@@ -1,0 +1,1 @@
+"""Order lifecycle and the background jobs: arm / warm-up, expiry, reconciliation."""
