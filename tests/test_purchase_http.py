@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import aiohttp
-
 import httpx
 import jwt
 import pytest
