@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from .config import Settings, settings
 
@@ -45,6 +47,133 @@ def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
     return 0
 
 
+def _gateway(args: argparse.Namespace, cfg: Settings) -> int:
+    os.execv(sys.executable, [sys.executable, "-m", "gateway", *args.rest])  # noqa: S606
+
+
+def _writer(args: argparse.Namespace, cfg: Settings) -> int:
+    from writer.app import main as writer_main
+
+    return writer_main(cfg, once=args.once)
+
+
+def _token(args: argparse.Namespace, cfg: Settings) -> int:
+    from gateway.auth import sign_token
+
+    print(sign_token(cfg, args.user_id, ttl_seconds=args.ttl))
+    return 0
+
+
+def _run_async(work: Callable[[Any, Any], Awaitable[int]], cfg: Settings) -> int:
+    """Run ``work(pool, router)`` with a database pool and a shard router, then close both."""
+    import asyncpg
+    import uvloop
+
+    from shard_router import ShardRouter
+
+    async def main() -> int:
+        pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=4)
+        router = ShardRouter(cfg)
+        await router.start()
+        try:
+            return await work(pool, router)
+        finally:
+            await router.close()
+            await pool.close()
+
+    return uvloop.run(main())
+
+
+def _sale(args: argparse.Namespace, cfg: Settings) -> int:
+    import datetime as dt
+
+    import msgspec
+
+    from flashsale.sales import NewItem, NewSale, create_sale
+    from jobs.arm import arm_sale
+
+    async def work(pool: Any, router: Any) -> int:
+        if args.action == "create":
+            now = dt.datetime.now(dt.UTC)
+            sale = NewSale(
+                name=args.name,
+                starts_at=now + dt.timedelta(seconds=args.starts_in),
+                ends_at=now + dt.timedelta(seconds=args.starts_in + args.duration),
+                payment_window_seconds=args.window,
+                items=[
+                    NewItem(
+                        product_id=args.product,
+                        quantity=args.quantity,
+                        price=args.price,
+                        shards=args.shards,
+                    )
+                ],
+            )
+            sale_id, item_ids = await create_sale(pool, sale)
+            print(msgspec.json.encode({"saleId": sale_id, "itemIds": item_ids}).decode())
+        else:
+            for armed in await arm_sale(pool, router, args.sale_id):
+                print(
+                    f"item {armed.item_id}: {armed.units} units over {armed.shards} shards "
+                    f"({armed.held} held)"
+                )
+        return 0
+
+    return _run_async(work, cfg)
+
+
+def _item(args: argparse.Namespace, cfg: Settings) -> int:
+    async def work(pool: Any, router: Any) -> int:
+        shards = await pool.fetchval(
+            "select shards from flash_sale_item where id = $1", args.item_id
+        )
+        if shards is None:
+            print(f"item {args.item_id} does not exist", file=sys.stderr)
+            return 1
+        for state in await router.shard_states(args.item_id, shards):
+            print(
+                f"shard {state.shard} on {state.node}: stock {state.stock}, holds "
+                f"{state.holds}, buyers {state.buyers}, outbox {state.outbox}"
+            )
+        return 0
+
+    return _run_async(work, cfg)
+
+
+def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
+    import asyncio
+
+    from jobs.expiry import expire_once, run_expiry
+
+    async def work(pool: Any, router: Any) -> int:
+        if args.once:
+            print(f"expired {await expire_once(pool, router)} orders")
+        else:
+            await run_expiry(pool, router, cfg.expiry_interval_ms / 1000, asyncio.Event())
+        return 0
+
+    return _run_async(work, cfg)
+
+
+def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
+    from jobs.reconcile import reconcile, render_table
+
+    async def work(pool: Any, router: Any) -> int:
+        reports = await reconcile(cfg, pool, router, args.item or None, fix=args.fix)
+        print(render_table(reports))
+        drift = sum(r.drift for r in reports)
+        print(f"drift: {drift}")
+        return 1 if drift else 0
+
+    return _run_async(work, cfg)
+
+
+def _demo(args: argparse.Namespace, cfg: Settings) -> int:
+    from .demo import run_demo
+
+    return run_demo(cfg, buyers=args.buyers, units=args.units, shards=args.shards)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flashsale", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -55,6 +184,55 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("migrate", help="apply pending database migrations")
     p.set_defaults(handler=_migrate)
+
+    p = sub.add_parser("gateway", help="run the gateway (granian); extra args go to it")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(handler=_gateway)
+
+    p = sub.add_parser("writer", help="run the Kafka → PostgreSQL order writer")
+    p.add_argument("--once", action="store_true", help="drain what is there, then exit")
+    p.set_defaults(handler=_writer)
+
+    p = sub.add_parser("token", help="print a signed buyer token")
+    p.add_argument("user_id", type=int)
+    p.add_argument("--ttl", type=int, default=3600, help="seconds until it expires")
+    p.set_defaults(handler=_token)
+
+    p = sub.add_parser("sale", help="create or arm a sale")
+    p.add_argument("action", choices=["create", "arm"])
+    p.add_argument("sale_id", type=int, nargs="?", help="for arm")
+    p.add_argument("--name", default="flash sale")
+    p.add_argument("--product", default="sku-1")
+    p.add_argument("--quantity", type=int, default=1000)
+    p.add_argument("--price", type=int, default=9900)
+    p.add_argument("--shards", type=int, default=4)
+    p.add_argument("--starts-in", type=int, default=0, help="seconds from now")
+    p.add_argument("--duration", type=int, default=3600, help="seconds the sale is open")
+    p.add_argument("--window", type=int, default=600, help="payment window in seconds")
+    p.set_defaults(handler=_sale)
+
+    p = sub.add_parser("item", help="show an item's live counters per shard")
+    p.add_argument("item_id", type=int)
+    p.set_defaults(handler=_item)
+
+    p = sub.add_parser("expiry", help="expire unpaid orders and release their units")
+    p.add_argument("--once", action="store_true")
+    p.set_defaults(handler=_expiry)
+
+    p = sub.add_parser("reconcile", help="compare Redis with the database; non-zero on drift")
+    p.add_argument("--item", type=int, action="append", help="only these items")
+    p.add_argument(
+        "--fix",
+        action="store_true",
+        help="release stale holds; rebuild paused items' shards from the database",
+    )
+    p.set_defaults(handler=_reconcile)
+
+    p = sub.add_parser("demo", help="run a whole flash sale on the local stack")
+    p.add_argument("--buyers", type=int, default=20_000)
+    p.add_argument("--units", type=int, default=2_000)
+    p.add_argument("--shards", type=int, default=4)
+    p.set_defaults(handler=_demo)
     return parser
 
 

@@ -12,11 +12,11 @@ from flashsale.sales import create_sale, decode_new_sale
 from jobs.arm import arm_sale
 from jobs.errors import NotReady
 from shard_router import ShardUnavailable
+from shard_router.stock_events import publish
 
 from .errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
 from .responses import json_response
 from .services import Services
-from .soldout import publish
 
 MAX_BODY = 1 << 20
 

@@ -10,11 +10,11 @@ from starlette.responses import Response
 from flashsale.order_ids import item_of
 from jobs.lifecycle import PayResult, cancel, order_status, pay, release_units
 from shard_router import ShardUnavailable
+from shard_router.stock_events import publish
 
 from .errors import Conflict, NotFound, Unavailable
 from .responses import json_response
 from .services import Services
-from .soldout import publish
 
 
 def _services(request: Request) -> Services:

@@ -15,6 +15,7 @@ from flashsale.events import OrderPlaced, encode
 from flashsale.failpoints import failpoint
 from flashsale.order_ids import new_order_id
 from shard_router import Outcome, ShardUnavailable, home_shard
+from shard_router.stock_events import publish
 
 from . import metrics
 from .catalog import Item
@@ -32,7 +33,6 @@ from .ratelimit import retry_after_seconds
 from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
 from .responses import encode as encode_json
 from .services import Services
-from .soldout import publish
 
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 _OUTCOME_BY_ERROR = {

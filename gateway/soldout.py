@@ -8,15 +8,14 @@ Redis again. A release that returns stock publishes ``restock`` and every instan
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 
 from redis.asyncio import Redis
-from redis.asyncio.cluster import RedisCluster
 
-CHANNEL = "flashsale:stock-events"
+from shard_router.stock_events import CHANNEL
+
 log = logging.getLogger(__name__)
 
 
@@ -34,12 +33,6 @@ class SoldOutFlags:
 
     def clear(self, item_id: int) -> None:
         self._until.pop(item_id, None)
-
-
-async def publish(client: RedisCluster, event: str, item_id: int) -> None:
-    """Tell every instance (``soldout`` or ``restock``); best effort, the TTL covers a loss."""
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(client.publish(CHANNEL, f"{event}:{item_id}"), 1.0)
 
 
 async def listen(flags: SoldOutFlags, nodes: tuple[str, ...], stop: asyncio.Event) -> None:

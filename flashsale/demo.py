@@ -1,0 +1,217 @@
+"""``flashsale demo``: a whole flash sale on the local stack.
+
+Starts a gateway and a writer, creates and arms a sale, releases a crowd of distinct buyers at
+once, waits for the writer to drain, reconciles Redis with the database and prints a report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import aiohttp
+import asyncpg
+import uvloop
+
+from gateway.auth import sign_token
+from jobs.reconcile import reconcile, render_table
+from shard_router import ShardRouter
+
+from .config import PROJECT_ROOT, Settings
+
+DEMO_PORT = 18188
+
+
+@contextmanager
+def _process(name: str, argv: list[str], env: dict[str, str], log_dir: str) -> Iterator[None]:
+    with open(os.path.join(log_dir, f"demo-{name}.log"), "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+async def _wait_ready(session: aiohttp.ClientSession) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            async with session.get("/readyz") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.2)
+    raise RuntimeError("the gateway did not become ready (see .stack/logs/demo-gateway.log)")
+
+
+async def _create_sale(
+    session: aiohttp.ClientSession, cfg: Settings, units: int, shards: int
+) -> int:
+    admin = {"Authorization": f"Bearer {cfg.admin_token}"}
+    now = dt.datetime.now(dt.UTC)
+    body = {
+        "name": "demo",
+        "startsAt": now.isoformat(),
+        "endsAt": (now + dt.timedelta(hours=1)).isoformat(),
+        "items": [{"productId": "demo-sku", "quantity": units, "price": 9900, "shards": shards}],
+    }
+    async with session.post("/admin/sales", json=body, headers=admin) as response:
+        sale = await response.json()
+        assert response.status == 201, sale
+    async with session.post(f"/admin/sales/{sale['saleId']}/arm", headers=admin) as response:
+        assert response.status == 200, await response.text()
+    item_id: int = sale["items"][0]["itemId"]
+    return item_id
+
+
+async def _spike(
+    session: aiohttp.ClientSession, cfg: Settings, item_id: int, buyers: int
+) -> tuple[Counter[int], list[float], float]:
+    first_user = int(time.time() * 1000) * 1000
+    tokens = [sign_token(cfg, first_user + i) for i in range(buyers)]
+    statuses: Counter[int] = Counter()
+    latencies: list[float] = []
+    queue: asyncio.Queue[str] = asyncio.Queue()
+    for token in tokens:
+        queue.put_nowait(token)
+
+    async def buyer() -> None:
+        while not queue.empty():
+            token = queue.get_nowait()
+            started = time.perf_counter()
+            async with session.post(
+                f"/api/flash-sales/items/{item_id}/purchase",
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                await response.read()
+                statuses[response.status] += 1
+            latencies.append(time.perf_counter() - started)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(1)
+            done = sum(statuses.values())
+            print(
+                f"\r  spike: {done}/{buyers} answered (202: {statuses[202]}, 410: {statuses[410]})",
+                end="",
+                flush=True,
+            )
+
+    started = time.perf_counter()
+    ticker = asyncio.create_task(progress())
+    await asyncio.gather(*(buyer() for _ in range(256)))
+    ticker.cancel()
+    elapsed = time.perf_counter() - started
+    print(f"\r  spike: {buyers}/{buyers} answered in {elapsed:.1f}s{' ' * 30}")
+    return statuses, latencies, elapsed
+
+
+async def _drain(pool: asyncpg.Pool, item_id: int, accepted: int, timeout_s: float) -> float:
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout_s:
+        stored = await pool.fetchval(
+            "select count(*) from flash_sale_order where item_id = $1", item_id
+        )
+        if stored >= accepted:
+            return time.perf_counter() - started
+        await asyncio.sleep(0.2)
+    raise RuntimeError(f"the writer stored fewer than {accepted} orders in {timeout_s}s")
+
+
+def _percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else 0.0
+
+
+async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
+    base = f"http://127.0.0.1:{DEMO_PORT}"
+    connector = aiohttp.TCPConnector(limit=256)
+    async with aiohttp.ClientSession(base, connector=connector) as session:
+        await _wait_ready(session)
+        item_id = await _create_sale(session, cfg, units, shards)
+        print(
+            f"demo: sale armed, item {item_id}: {units} units over {shards} shards; "
+            f"{buyers} buyers press Buy"
+        )
+        statuses, latencies, elapsed = await _spike(session, cfg, item_id, buyers)
+    pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=4)
+    router = ShardRouter(cfg)
+    await router.start()
+    try:
+        drained = await _drain(pool, item_id, statuses[202], 120)
+        reports = await reconcile(cfg, pool, router, [item_id])
+        sold = await pool.fetchval("select sold from flash_sale_item where id = $1", item_id)
+        stored = await pool.fetchval(
+            "select count(*) from flash_sale_order where item_id = $1", item_id
+        )
+        twice = await pool.fetchval(
+            "select count(*) from (select user_id from flash_sale_order where item_id = $1 "
+            "group by user_id having count(*) > 1) t",
+            item_id,
+        )
+    finally:
+        await router.close()
+        await pool.close()
+    codes = ", ".join(f"{code}: {count}" for code, count in sorted(statuses.items()))
+    print("\nreport")
+    print(
+        f"  requests        {sum(statuses.values())} in {elapsed:.1f}s "
+        f"({sum(statuses.values()) / elapsed:.0f} req/s from one Python client)"
+    )
+    print(f"  answers         {codes}")
+    print(
+        f"  latency         p50 {_percentile(latencies, 0.5) * 1000:.1f} ms, "
+        f"p99 {_percentile(latencies, 0.99) * 1000:.1f} ms (closed loop)"
+    )
+    print(f"  units sold      {sold} of {units}")
+    print(f"  orders in db    {stored} (writer drained {drained:.1f}s after the spike)")
+    print(f"  buyers twice    {twice}")
+    print(render_table(reports))
+    drift = sum(r.drift for r in reports)
+    print(f"  drift           {drift}")
+    ok = drift == 0 and sold == min(units, buyers) == stored == statuses[202] and twice == 0
+    print("demo: OK — sold exactly the stock, every 202 is one order" if ok else "demo: FAILED")
+    return 0 if ok else 1
+
+
+def run_demo(cfg: Settings, *, buyers: int, units: int, shards: int) -> int:
+    env = {
+        **os.environ,
+        "FLASHSALE_GATEWAY_PORT": str(DEMO_PORT),
+        # every demo buyer comes from 127.0.0.1: the per-IP bucket would stop the crowd
+        "FLASHSALE_IP_RATE_PER_S": "100000000",
+        "FLASHSALE_IP_BURST": "100000000",
+    }
+    log_dir = str(cfg.log_dir)
+    os.makedirs(log_dir, exist_ok=True)
+    print(
+        f"demo: starting a gateway on 127.0.0.1:{DEMO_PORT} and a writer "
+        f"(logs in {log_dir}/demo-*.log)"
+    )
+    with (
+        _process("writer", [sys.executable, "-m", "writer"], env, log_dir),
+        _process("gateway", [sys.executable, "-m", "gateway"], env, log_dir),
+    ):
+        return uvloop.run(_sale(cfg, buyers, units, shards))

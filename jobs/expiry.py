@@ -1,0 +1,44 @@
+"""The expiry job: PENDING orders past their payment window become EXPIRED and their units go
+back on sale (after the commit), clearing the sold-out flags of their items."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import asyncpg
+
+from shard_router import ShardRouter
+from shard_router.stock_events import publish
+
+from .lifecycle import expire_due, release_units
+
+log = logging.getLogger(__name__)
+
+
+async def expire_once(pool: asyncpg.Pool, router: ShardRouter, limit: int = 1000) -> int:
+    """Expire what is due, in rounds of ``limit``; returns how many orders expired."""
+    total = 0
+    while True:
+        ended = await expire_due(pool, limit)
+        for item_id in await release_units(router, ended):
+            await publish(router.client, "restock", item_id)
+        total += len(ended)
+        if len(ended) < limit:
+            return total
+
+
+async def run_expiry(
+    pool: asyncpg.Pool, router: ShardRouter, interval_s: float, stop: asyncio.Event
+) -> None:
+    while not stop.is_set():
+        try:
+            expired = await expire_once(pool, router)
+            if expired:
+                log.info("expired %d orders", expired)
+        except Exception as exc:  # noqa: BLE001 - try again next round
+            log.warning("expiry round failed: %s", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), interval_s)
+        except TimeoutError:
+            pass
