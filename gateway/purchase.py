@@ -8,6 +8,7 @@ empty) → Kafka acknowledgement → 202.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -34,6 +35,7 @@ from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
 from .responses import encode as encode_json
 from .services import Services
 
+log = logging.getLogger(__name__)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
 _OUTCOME_BY_ERROR = {
     401: "unauthorized",
@@ -120,7 +122,8 @@ class PurchaseHandler:
             reservation = await self.s.router.reserve(
                 item.id, item.shards, user_id, order_id, payload_for
             )
-        except ShardUnavailable:
+        except ShardUnavailable as exc:
+            log.warning("reserve of item %s: %s", item.id, exc)
             raise Unavailable() from None
         if reservation.outcome is Outcome.SOLD_OUT:
             await self._sold_out(item.id)
@@ -141,14 +144,16 @@ class PurchaseHandler:
     ) -> None:
         try:
             await self.s.producer.send(self.s.cfg.orders_topic, order_id.encode(), payload)
-        except NeverSent:
+        except NeverSent as exc:
+            log.warning("order %s never sent: %s", order_id, exc)
             # The event never left this process: the unit can safely go back.
             try:
                 await self.s.router.release(item.id, item.shards, unit_shard, user_id, order_id)
             except ShardUnavailable:
                 pass  # the hold stays in the outbox; the relay sends it later
             raise Unavailable() from None
-        except OutcomeUnknown:
+        except OutcomeUnknown as exc:
+            log.warning("order %s outcome unknown: %s", order_id, exc)
             # It may be in the log: keep the hold; the relay re-sends, the writer dedups.
             raise Unavailable(orderId=order_id) from None
         self.s.acker.ack(item.id, unit_shard, order_id)

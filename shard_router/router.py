@@ -69,6 +69,7 @@ class ShardRouter:
         await self.load_scripts()
 
     async def close(self) -> None:
+        await self.pipeline.close()
         await self.client.aclose()
 
     async def load_scripts(self) -> None:
