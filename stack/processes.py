@@ -17,6 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+# Servers outlive the Popen objects that started them; keeping the objects here stops Python
+# from warning that a child "is still running" when one is garbage collected.
+_started: list[subprocess.Popen[bytes]] = []
+
+
 class StackError(RuntimeError):
     """A stack component could not be started, checked or stopped."""
 
@@ -71,6 +76,7 @@ class Managed:
                 cwd=cwd,
                 env=env,
             )
+        _started.append(proc)
         self.pid_file.write_text(f"{proc.pid}\n{marker}\n")
         return proc.pid
 
