@@ -16,7 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-
 # Servers outlive the Popen objects that started them; keeping the objects here stops Python
 # from warning that a child "is still running" when one is garbage collected.
 _started: list[subprocess.Popen[bytes]] = []

@@ -23,8 +23,12 @@ ADMIN = {"Authorization": "Bearer dev-admin-token"}
 def running_gateway(cfg: Settings, port: int, **env: str) -> Iterator[str]:
     # Tests share 2 cores with Redis, Kafka, PostgreSQL and the writer: a 250 ms Redis deadline
     # would turn scheduling hiccups into 503s. The deadline itself is tested with a paused node.
-    environ = {**os.environ, "FLASHSALE_GATEWAY_PORT": str(port),
-               "FLASHSALE_REDIS_TIMEOUT_MS": "1000", **env}
+    environ = {
+        **os.environ,
+        "FLASHSALE_GATEWAY_PORT": str(port),
+        "FLASHSALE_REDIS_TIMEOUT_MS": "1000",
+        **env,
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "gateway"],
         cwd=PROJECT_ROOT,
