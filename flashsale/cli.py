@@ -54,7 +54,8 @@ def _gateway(args: argparse.Namespace, cfg: Settings) -> int:
 def _writer(args: argparse.Namespace, cfg: Settings) -> int:
     from writer.app import main as writer_main
 
-    return writer_main(cfg, once=args.once)
+    port = None if cfg.writer_metrics_port < 0 else cfg.writer_metrics_port
+    return writer_main(cfg, once=args.once, metrics_port=port)
 
 
 def _token(args: argparse.Namespace, cfg: Settings) -> int:

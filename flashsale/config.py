@@ -81,6 +81,8 @@ class Settings:
     writer_group: str = "flashsale-writer"
     writer_batch_size: int = 1000
     writer_batch_ms: int = 50
+    writer_metrics_port: int = 9108  # 0 picks a free port, -1 serves none
+    metrics_host: str = "127.0.0.1"  # where the writer's /metrics listens
     expiry_interval_ms: int = 1000
     voucher_hold_seconds: int = 900
 

@@ -193,8 +193,13 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
     print(f"  drift           {drift}")
     # A 503 is "could not confirm": its unit may still have been taken (the outbox relay then
     # delivers the order, and the buyer's status poll shows it), so 202s <= orders stored.
-    ok = (drift == 0 and sold == min(units, buyers) == stored and statuses[202] <= stored
-          and twice == 0 and not set(statuses) - {202, 409, 410, 429, 503})
+    ok = (
+        drift == 0
+        and sold == min(units, buyers) == stored
+        and statuses[202] <= stored
+        and twice == 0
+        and not set(statuses) - {202, 409, 410, 429, 503}
+    )
     print("demo: OK — sold exactly the stock, every 202 is one order" if ok else "demo: FAILED")
     return 0 if ok else 1
 

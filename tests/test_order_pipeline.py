@@ -36,7 +36,7 @@ PORT = 18095
 @pytest.fixture(scope="module")
 def writer_process(live_stack: Settings) -> Iterator[None]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "writer"],
+        [sys.executable, "-m", "writer", "--metrics-port", "0"],
         cwd=PROJECT_ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -1,0 +1,34 @@
+"""``python -m writer``: one batched Kafka -> PostgreSQL order writer (uvloop)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from flashsale.config import settings
+
+from .app import main
+
+
+def cli() -> int:
+    parser = argparse.ArgumentParser(prog="python -m writer", description=__doc__)
+    parser.add_argument(
+        "--once", action="store_true", help="exit once the group has drained the topic"
+    )
+    cfg = settings()
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=cfg.writer_metrics_port,
+        help="serve /metrics here (default FLASHSALE_WRITER_METRICS_PORT; 0 picks a free port, "
+        "-1 serves none)",
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    port = None if args.metrics_port < 0 else args.metrics_port
+    return main(cfg, once=args.once, metrics_port=port)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,0 +1,72 @@
+"""Prometheus metrics of one writer process, served by ``serve(port)``."""
+
+from __future__ import annotations
+
+import logging
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger(__name__)
+
+METRICS_PORT = 9108
+
+REGISTRY = CollectorRegistry()
+
+BATCH_SIZE = Histogram(
+    "flashsale_writer_batch_size",
+    "Kafka messages per batch",
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000),
+    registry=REGISTRY,
+)
+COMMIT_SECONDS = Histogram(
+    "flashsale_writer_commit_seconds",
+    "Latency of one batch's PostgreSQL transaction, commit included",
+    buckets=(0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+CONSUMER_LAG = Gauge(
+    "flashsale_writer_consumer_lag",
+    "Messages behind the high watermark, per assigned partition",
+    ["topic", "partition"],
+    registry=REGISTRY,
+)
+DEAD_LETTERS = Counter(
+    "flashsale_writer_dead_letters_total",
+    "Messages sent to the dead-letter topic, by kind",
+    ["kind"],
+    registry=REGISTRY,
+)
+ORDERS = Counter(
+    "flashsale_writer_orders_total",
+    "Orders handled, by fate (inserted, duplicate, refused, failed_before, unknown_item)",
+    ["fate"],
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "flashsale_writer_retries_total",
+    "Retried attempts of a step (db, deadletter, redis)",
+    ["step"],
+    registry=REGISTRY,
+)
+
+
+def set_lag(lags: dict[tuple[str, int], int]) -> None:
+    for (topic, partition), lag in lags.items():
+        CONSUMER_LAG.labels(topic, str(partition)).set(lag)
+
+
+def forget_partitions(places: list[tuple[str, int]]) -> None:
+    """Drop the lag series of partitions this process no longer owns."""
+    for topic, partition in places:
+        try:
+            CONSUMER_LAG.remove(topic, str(partition))
+        except KeyError:
+            pass
+
+
+def serve(port: int, host: str = "127.0.0.1") -> WSGIServer:
+    """Serve /metrics on ``port`` (0 picks a free one) from a daemon thread until shut down."""
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    log.info("writer metrics on :%d/metrics", server.server_port)
+    return server
