@@ -4,9 +4,11 @@ no framework in the way) and hands every other route to a Starlette app."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+import asyncpg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -16,11 +18,13 @@ from starlette.routing import Route
 from flashsale.config import Settings, settings
 
 from . import admin, metrics, orders
+from .catalog import CatalogUnavailable
 from .errors import ApiError, Unavailable
 from .purchase import PurchaseHandler
 from .responses import error_response, json_response
 from .services import Services
 
+log = logging.getLogger(__name__)
 PURCHASE_PREFIX = "/api/flash-sales/items/"
 PURCHASE_SUFFIX = "/purchase"
 
@@ -33,7 +37,7 @@ async def readyz(request: Request) -> Response:
     s: Services = request.app.state.services
     redis_ok = True
     try:
-        await s.router._with_deadline(s.router.client.ping(), timeout=1.0)
+        await s.router.ping()
     except Exception:  # noqa: BLE001 - any failure means not ready
         redis_ok = False
     kafka_ok = s.producer.reachable(1.0)
@@ -56,6 +60,17 @@ async def metrics_endpoint(request: Request) -> Response:
 async def api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return error_response(exc)
+
+
+async def dependency_error(request: Request, exc: Exception) -> Response:
+    """PostgreSQL (or a socket) failed under a non-purchase route: 503, never a 500 page."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    return error_response(Unavailable())
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    return json_response({"error": "INTERNAL"}, status=500)
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -92,7 +107,15 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             Route("/admin/sales/{sale_id}/arm", admin.arm, methods=["POST"]),
             Route("/admin/items/{item_id}", admin.get_item),
         ],
-        exception_handlers={ApiError: api_error, HTTPException: http_error},
+        exception_handlers={
+            ApiError: api_error,
+            HTTPException: http_error,
+            asyncpg.PostgresError: dependency_error,
+            asyncpg.InterfaceError: dependency_error,
+            OSError: dependency_error,
+            CatalogUnavailable: dependency_error,
+            Exception: internal_error,
+        },
         lifespan=lifespan,
     )
     return front

@@ -21,6 +21,10 @@ from flash_sale_item i join flash_sale s on s.id = i.sale_id
 """
 
 
+class CatalogUnavailable(Exception):
+    """An item not in the cache could not be read from the database."""
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     id: int
@@ -70,7 +74,10 @@ class Catalog:
         now = time.monotonic()
         if self._missing.get(item_id, 0.0) > now:
             return None
-        row = await self.pool.fetchrow(_SELECT + " where i.id = $1", item_id)
+        try:
+            row = await self.pool.fetchrow(_SELECT + " where i.id = $1", item_id)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+            raise CatalogUnavailable(str(exc)) from exc
         if row is None:
             if len(self._missing) > 100_000:
                 self._missing.clear()

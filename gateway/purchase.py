@@ -19,7 +19,7 @@ from shard_router import Outcome, ShardUnavailable, home_shard
 from shard_router.stock_events import publish
 
 from . import metrics
-from .catalog import Item
+from .catalog import CatalogUnavailable, Item
 from .errors import (
     ApiError,
     Conflict,
@@ -90,7 +90,10 @@ class PurchaseHandler:
         if not item_text.isdigit() or len(item_text) > 15:
             raise NotFound("ITEM_NOT_FOUND")
         item_id = int(item_text)
-        item = self.s.catalog.cached(item_id) or await self.s.catalog.get(item_id)
+        try:
+            item = self.s.catalog.cached(item_id) or await self.s.catalog.get(item_id)
+        except CatalogUnavailable:
+            raise Unavailable() from None
         if item is None:
             raise NotFound("ITEM_NOT_FOUND")
         return item

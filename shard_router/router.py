@@ -180,6 +180,9 @@ class ShardRouter:
         )
         return released
 
+    async def ping(self) -> None:
+        await self._with_deadline(self.client.ping(), timeout=1.0)
+
     async def buyer_order(self, item_id: int, shards: int, user_id: int) -> str | None:
         """The order the buyer holds for this item according to their home shard, if any."""
         keys = shard_keys(item_id, home_shard(user_id, shards))
