@@ -11,6 +11,7 @@ import jwt
 from flashsale.config import Settings
 
 from .errors import Unauthorized
+from .hs256 import HS256Fast, Rejected
 
 _ASYMMETRIC = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
 
@@ -29,6 +30,11 @@ class TokenVerifier:
                 raise SystemExit("HS algorithms only, unless FLASHSALE_JWT_PUBLIC_KEY is set")
             self.key = cfg.jwt_secret
         self.leeway = cfg.jwt_leeway_seconds
+        self.fast = (
+            HS256Fast(cfg.jwt_secret, self.leeway)
+            if "HS256" in self.algorithms and not cfg.jwt_public_key
+            else None
+        )
         self.max_cached = max_cached
         self._cache: dict[str, tuple[int, float]] = {}
 
@@ -41,6 +47,14 @@ class TokenVerifier:
         cached = self._cache.get(token)
         if cached is not None and cached[1] + self.leeway > now:
             return cached[0]
+        if self.fast is not None:
+            try:
+                verified = self.fast.verify(token, now)
+            except Rejected:
+                raise Unauthorized() from None
+            if verified is not None:
+                self._remember(token, verified, now)
+                return verified[0]
         try:
             claims = jwt.decode(
                 token,
@@ -54,12 +68,15 @@ class TokenVerifier:
         sub = claims["sub"]
         if not isinstance(sub, str) or not sub.isdigit() or len(sub) > 18:
             raise Unauthorized()
+        self._remember(token, (int(sub), float(claims["exp"])), now)
+        return int(sub)
+
+    def _remember(self, token: str, verified: tuple[int, float], now: float) -> None:
         if len(self._cache) >= self.max_cached:
             self._cache = {t: v for t, v in self._cache.items() if v[1] + self.leeway > now}
             if len(self._cache) >= self.max_cached:
                 self._cache.clear()
-        self._cache[token] = (int(sub), float(claims["exp"]))
-        return int(sub)
+        self._cache[token] = verified
 
 
 def sign_token(

@@ -91,6 +91,16 @@ class Catalog:
         now = time.time()
         return [i for i in self._items.values() if i.armed and i.ends_at > now - 3600]
 
+    def relay_items(self) -> list[Item]:
+        """Items whose outboxes may still hold orders: open sales, and sales that closed less
+        than a payment window ago (a hold outlives its sale by at most that)."""
+        now = time.time()
+        return [
+            i
+            for i in self._items.values()
+            if i.armed and i.starts_at <= now < i.ends_at + i.payment_window_s
+        ]
+
     async def refresh(self) -> None:
         rows = await self.pool.fetch(_SELECT + " where s.ends_at > now() - interval '1 day'")
         fresh = {row["id"]: _item(row) for row in rows}

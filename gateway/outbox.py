@@ -64,8 +64,8 @@ async def relay_once(
     """Re-send every outbox entry older than the minimum age; returns how many were sent."""
     cutoff_ms = time.time() * 1000 - cfg.outbox_relay_min_age_ms
     sent = 0
-    for item in catalog.live_items():
-        for shard in range(item.shards):
+    for item in catalog.relay_items():
+        for shard in await router.shards_with_outbox(item.id, item.shards):
             for order_id, payload in (await router.outbox(item.id, shard)).items():
                 try:
                     event = decode(payload)

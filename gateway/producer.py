@@ -63,10 +63,14 @@ class OrderProducer:
             self._producer.produce(topic, value, key, on_delivery=delivered)
         except (BufferError, KafkaException) as exc:
             raise NeverSent(str(exc)) from exc
+        # One timer handle, not wait_for (which wraps the future in another task each call).
+        deadline = loop.call_later(
+            self.timeout_s + 0.5, _settle, future, "no delivery report before the deadline"
+        )
         try:
-            await asyncio.wait_for(future, self.timeout_s + 0.5)
-        except TimeoutError:
-            raise OutcomeUnknown("no delivery report before the deadline") from None
+            await future
+        finally:
+            deadline.cancel()
 
     def reachable(self, timeout_s: float = 1.0) -> bool:
         try:

@@ -195,6 +195,14 @@ class ShardRouter:
             self.client.hdel(shard_keys(item_id, unit_shard).outbox, *order_ids)
         )
 
+    async def shards_with_outbox(self, item_id: int, shards: int) -> list[int]:
+        """The shards whose outbox is not empty, found with one pipelined HLEN per shard."""
+        pipe = self.client.pipeline()
+        for k in range(shards):
+            pipe.execute_command("HLEN", shard_keys(item_id, k).outbox)
+        lengths = await self._with_deadline(pipe.execute())
+        return [k for k, length in enumerate(lengths) if length]
+
     async def outbox(self, item_id: int, shard: int) -> dict[str, bytes]:
         raw = await self._with_deadline(self.client.hgetall(shard_keys(item_id, shard).outbox))
         return {k.decode(): v for k, v in raw.items()}
