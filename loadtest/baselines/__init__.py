@@ -1,0 +1,1 @@
+"""Reference servers the gateway is measured against (never part of the product)."""

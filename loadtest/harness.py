@@ -1,0 +1,364 @@
+"""One measured run per call: start the subject's server pinned, load it, check what it answered,
+stop it, record the figures. ``loadtest.bench`` decides which runs, in which order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from redis import Redis
+
+from flashsale.config import Settings
+
+from . import machine, redisbench, sale, servers, tokens, wrk
+
+GATEWAY_ENV = {
+    "FLASHSALE_IP_RATE_PER_S": "100000000",
+    "FLASHSALE_IP_BURST": "100000000",
+    "FLASHSALE_SOLD_OUT_FLAG_TTL_MS": "86400000",
+}
+WARMUP_TOKENS = 20_000
+
+
+@dataclass
+class Options:
+    duration_s: float
+    warmup_s: float
+    soldout_connections: int
+    reserve_connections: int
+    open_connections: int
+    open_warmup_s: float
+    redis_clients: int
+    redis_calls: dict[int, int]
+    server_core: int = 0
+    load_core: int = 1
+
+
+@dataclass
+class CpuMeter:
+    """The server's CPU time over a measured run: how busy it kept its core, and per request."""
+
+    session: int
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def figures(self, requests: int, busy_s: float | None = None) -> dict[str, float]:
+        """Per request over ``requests``; busy share over ``busy_s`` (default: the wall time)."""
+        wall_s = busy_s or self.wall_s
+        return {
+            "server_cpu_s": self.cpu_s,
+            "server_busy": self.cpu_s / wall_s if wall_s else 0.0,
+            "cpu_us_per_req": self.cpu_s / requests * 1e6 if requests else 0.0,
+        }
+
+
+@dataclass(frozen=True)
+class Served:
+    base: str
+    pid: int  # also its session id: the server was started in a session of its own
+
+    @contextmanager
+    def cpu(self) -> Iterator[CpuMeter]:
+        meter = CpuMeter(self.pid)
+        cpu, wall = servers.cpu_seconds(self.pid), time.monotonic()
+        yield meter
+        meter.cpu_s = servers.cpu_seconds(self.pid) - cpu
+        meter.wall_s = time.monotonic() - wall
+
+
+@dataclass
+class Harness:
+    cfg: Settings
+    opts: Options
+    workdir: Path
+    log_dir: Path
+    ports: dict[str, int] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    buyers: tokens.BuyerIds = field(default_factory=tokens.BuyerIds)
+    bench_sale: sale.BenchSale | None = None
+    shards: sale.Shards | None = None
+
+    def __post_init__(self) -> None:
+        taken: set[int] = set()
+        for name in ("gateway", "bare_asgi", "nginx", "naive", "redis"):
+            self.ports[name] = servers.free_port(taken)
+        self.shards = sale.Shards(self.cfg)
+
+    # --- servers ---------------------------------------------------------------------------
+
+    def base(self, subject: str) -> str:
+        return f"http://127.0.0.1:{self.ports[subject]}"
+
+    @contextmanager
+    def server(self, subject: str) -> Iterator[Served]:
+        port, base, core = self.ports[subject], self.base(subject), self.opts.server_core
+        if subject == "gateway":
+            argv = servers.gateway_argv(port)
+            ready = servers.http_ready(f"{base}/readyz", 200)
+            env = {**GATEWAY_ENV, "FLASHSALE_GATEWAY_PORT": str(port)}
+        elif subject == "bare_asgi":
+            argv = servers.granian_argv("loadtest.baselines.bare_asgi:app", port)
+            ready, env = servers.http_ready(f"{base}/", 410), {}
+        elif subject == "naive":
+            argv = servers.granian_argv("loadtest.baselines.naive_gateway:app", port)
+            ready = servers.http_ready(f"{base}/readyz", 200)
+            env = {"LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
+        elif subject == "nginx":
+            argv = servers.nginx_argv(port, self.workdir / "nginx")
+            ready, env = servers.http_ready(f"{base}/", 410), {}
+        else:
+            raise ValueError(subject)
+        with servers.running(subject, argv, ready, self.log_dir, core, env) as proc:
+            yield Served(base, proc.pid)
+
+    def set_up_sale(self) -> sale.BenchSale:
+        """Create the benchmark's sale through a gateway and sell the sold-out item's one unit."""
+        with self.server("gateway") as served:
+            base = served.base
+            self.bench_sale = sale.create(base, hours=2)
+            status = sale.purchase(base, self.bench_sale.sold_out, self._token())
+            if status != 202:
+                raise RuntimeError(f"buying the sold-out item's only unit answered {status}")
+        return self.bench_sale
+
+    def _token(self) -> bytes:
+        return next(tokens.signed(self.cfg, self.buyers.take(1)))
+
+    def _token_file(self, name: str, count: int) -> Path:
+        return tokens.write(self.cfg, self.workdir / f"{name}.tokens", self.buyers.take(count))
+
+    # --- scenarios -------------------------------------------------------------------------
+
+    def closed_sold_out(self, subject: str, repeat: int) -> dict[str, Any]:
+        s = self._sale()
+        o = self.opts
+        with self.server(subject) as served:
+            base = served.base
+            problems = self._flag_sold_out(subject, base)
+            url = base + s.sold_out.path
+            wrk.run(url, o.warmup_s, o.soldout_connections, o.load_core)
+            before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
+            with served.cpu() as cpu:
+                result = wrk.run(url, o.duration_s, o.soldout_connections, o.load_core)
+            metrics: dict[str, Any] = {**result.as_dict(), **cpu.figures(result.requests)}
+            if subject == "gateway":
+                metrics["flag_hits"] = sale.metric(base, "sold_out_flag") - before
+                if metrics["flag_hits"] < result.requests:
+                    hits = metrics["flag_hits"]
+                    problems.append(f"{hits:.0f} of {result.requests} answered from the flag")
+            problems += _probe(base + s.sold_out.path, 410, "after the run")
+        problems += _wrk_problems(result, expect_2xx=False)
+        return self.record("closed", "sold_out", subject, repeat, metrics, problems)
+
+    def closed_reserve(self, subject: str, repeat: int) -> dict[str, Any]:
+        item = self._item(subject)
+        o = self.opts
+        with self.server(subject) as served:
+            url = served.base + item.path
+            warm_file = self._token_file("warmup", WARMUP_TOKENS)
+            warm = wrk.run(
+                url, o.warmup_s, o.reserve_connections, o.load_core, (warm_file, 0, WARMUP_TOKENS)
+            )
+            # Enough fresh buyers for 1.5x the warm-up's pace, so no token is used twice.
+            count = int(warm.rps * o.duration_s * 1.5) + 5_000
+            token_file = self._token_file(f"{subject}-closed", count)
+            before = self._reserved(item)
+            with served.cpu() as cpu:
+                result = wrk.run(
+                    url, o.duration_s, o.reserve_connections, o.load_core, (token_file, 0, count)
+                )
+        metrics: dict[str, Any] = {**result.as_dict(), **cpu.figures(result.requests)}
+        metrics["tokens"] = count
+        metrics["reserved"] = self._reserved(item) - before
+        problems = _wrk_problems(result, expect_2xx=True)
+        if result.requests > count:
+            problems.append(f"{result.requests} requests for {count} tokens: buyers repeated")
+        if metrics["reserved"] < result.requests - result.non_2xx:
+            problems.append(f"{metrics['reserved']} reserved in Redis for {result.requests} 202s")
+        self._clear(item)
+        return self.record("closed", "reserve", subject, repeat, metrics, problems)
+
+    def open_sold_out(self, subject: str, repeat: int, rate: float) -> dict[str, Any]:
+        s = self._sale()
+        with self.server(subject) as served:
+            base = served.base
+            problems = self._flag_sold_out(subject, base)
+            before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
+            with served.cpu() as cpu:
+                metrics = self._open_loop(base + s.sold_out.path, rate, None)
+            metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+            if subject == "gateway":
+                metrics["flag_hits"] = sale.metric(base, "sold_out_flag") - before
+                if metrics["flag_hits"] < metrics["answered_total"]:
+                    problems.append("not every request was answered from the flag")
+        problems += _open_problems(metrics, "410")
+        return self.record("open", "sold_out", subject, repeat, metrics, problems)
+
+    def open_reserve(self, subject: str, repeat: int, rate: float) -> dict[str, Any]:
+        item = self._item(subject)
+        count = int(rate * (self.opts.open_warmup_s + self.opts.duration_s)) + 1
+        with self.server(subject) as served:
+            token_file = self._token_file(f"{subject}-open", count)
+            before = self._reserved(item)
+            with served.cpu() as cpu:
+                metrics = self._open_loop(served.base + item.path, rate, token_file)
+            metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+        metrics["reserved"] = self._reserved(item) - before
+        problems = _open_problems(metrics, "202")
+        self._clear(item)
+        return self.record("open", "reserve", subject, repeat, metrics, problems)
+
+    def redis(self, node: redisbench.Node, pipeline: int, repeat: int) -> dict[str, Any]:
+        calls = self.opts.redis_calls[pipeline]
+        result = redisbench.run(node, pipeline, calls, self.opts.redis_clients, self.opts.load_core)
+        problems = []
+        if result.reserved < calls * 0.99:
+            problems.append(f"only {result.reserved} of {calls} calls reserved")
+        return self.record(
+            "redis", "redis", f"{node.name}|{pipeline}", repeat, result.as_dict(), problems
+        )
+
+    @contextmanager
+    def standalone_redis(self) -> Iterator[redisbench.Node]:
+        port = self.ports["redis"]
+        workdir = self.workdir / "redis"
+        workdir.mkdir(exist_ok=True)
+
+        def ready() -> bool:
+            try:
+                with Redis(port=port, socket_timeout=1) as client:
+                    return bool(client.ping())
+            except Exception:  # noqa: BLE001 - not up yet
+                return False
+
+        argv = servers.redis_argv(port, workdir)
+        with servers.running("redis", argv, ready, self.log_dir, self.opts.server_core):
+            yield redisbench.Node(
+                f"standalone :{port} (pinned, no persistence)", port, cluster=False
+            )
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _sale(self) -> sale.BenchSale:
+        if self.bench_sale is None:
+            raise RuntimeError("set_up_sale() first")
+        return self.bench_sale
+
+    def _item(self, subject: str) -> sale.Item:
+        return self._sale().gateway if subject == "gateway" else self._sale().naive
+
+    def _reserved(self, item: sale.Item) -> int:
+        assert self.shards is not None
+        return self.shards.reserved(item)
+
+    def _clear(self, item: sale.Item) -> None:
+        assert self.shards is not None
+        self.shards.clear_holds(item)
+
+    def _flag_sold_out(self, subject: str, base: str) -> list[str]:
+        """A fresh gateway learns the item is sold out from one purchase that reaches Redis."""
+        s = self._sale()
+        if subject == "gateway":
+            status = sale.purchase(base, s.sold_out, self._token())
+            if status != 410:
+                return [f"the flagging purchase answered {status}, not 410"]
+        return _probe(base + s.sold_out.path, 410, "before the run")
+
+    def _open_loop(self, url: str, rate: float, token_file: Path | None) -> dict[str, Any]:
+        o = self.opts
+        argv = [
+            sys.executable,
+            "-m",
+            "loadtest.openloop",
+            url,
+            "--rate",
+            f"{rate:g}",
+            "--duration",
+            f"{o.duration_s:g}",
+            "--warmup",
+            f"{o.open_warmup_s:g}",
+            "--connections",
+            str(o.open_connections),
+        ]
+        if token_file is not None:
+            argv += ["--tokens", str(token_file)]
+        done = subprocess.run(
+            servers.pinned(o.load_core, argv),
+            capture_output=True,
+            text=True,
+            timeout=o.duration_s + o.open_warmup_s + 120,
+            check=False,
+        )
+        for line in done.stdout.splitlines():
+            if line.startswith("OPENLOOP_JSON "):
+                summary: dict[str, Any] = json.loads(line[len("OPENLOOP_JSON ") :])
+                return summary
+        raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
+
+    def record(
+        self,
+        phase: str,
+        scenario: str,
+        subject: str,
+        repeat: int,
+        metrics: dict[str, Any],
+        problems: list[str],
+    ) -> dict[str, Any]:
+        run = {
+            "phase": phase,
+            "scenario": scenario,
+            "subject": subject,
+            "repeat": repeat,
+            "at": time.strftime("%H:%M:%S"),
+            "loadavg_1m": machine.loadavg(),
+            "metrics": metrics,
+            "problems": problems,
+        }
+        self.runs.append(run)
+        return run
+
+    def close(self) -> None:
+        """Delete every key of the benchmark's items (the stack's Redis is shared)."""
+        if self.shards is None:
+            return
+        if self.bench_sale is not None:
+            for item in self.bench_sale.items:
+                self.shards.drop(item)
+        self.shards.close()
+        self.shards = None
+
+
+def _probe(url: str, expected: int, when: str) -> list[str]:
+    status = httpx.post(url, timeout=10).status_code
+    return [] if status == expected else [f"a tokenless purchase {when} answered {status}"]
+
+
+def _wrk_problems(result: wrk.WrkResult, expect_2xx: bool) -> list[str]:
+    problems = []
+    if expect_2xx and result.non_2xx:
+        problems.append(f"{result.non_2xx} of {result.requests} answers were not 2xx")
+    if not expect_2xx and result.non_2xx != result.requests:
+        problems.append(f"{result.requests - result.non_2xx} answers were 2xx, expected 410s")
+    if result.socket_errors or result.timeouts:
+        problems.append(f"{result.socket_errors} socket errors, {result.timeouts} timeouts")
+    return problems
+
+
+def _open_problems(metrics: dict[str, Any], expected: str) -> list[str]:
+    problems = []
+    other = {k: v for k, v in metrics["statuses"].items() if k != expected}
+    if other:
+        problems.append(f"answers other than {expected}: {other}")
+    if metrics["unanswered"] or metrics["errors"]:
+        problems.append(
+            f"{metrics['unanswered']} unanswered, {metrics['errors']} connection errors"
+        )
+    return problems
