@@ -1,4 +1,5 @@
-"""``flashsale``: the one command-line entry point (stack, migrate, gateway, writer, jobs, demo)."""
+"""``flashsale``: the one command-line entry point (stack, migrate, gateway, writer, jobs, vouchers,
+demo)."""
 
 from __future__ import annotations
 
@@ -148,7 +149,7 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
 
     async def work(pool: Any, router: Any) -> int:
         if args.once:
-            print(f"expired {await expire_once(pool, router)} orders")
+            print(f"expired {await expire_once(pool, router)} orders and voucher uses")
         else:
             await run_expiry(pool, router, cfg.expiry_interval_ms / 1000, asyncio.Event())
         return 0
@@ -158,13 +159,86 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
 
 def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
     from jobs.reconcile import reconcile, render_table
+    from jobs.voucher_reconcile import reconcile_vouchers, render_voucher_table
+    from shard_router import VoucherStore
 
     async def work(pool: Any, router: Any) -> int:
-        reports = await reconcile(cfg, pool, router, args.item or None, fix=args.fix)
-        print(render_table(reports))
-        drift = sum(r.drift for r in reports)
+        drift = 0
+        if args.item or not args.voucher:
+            reports = await reconcile(cfg, pool, router, args.item or None, fix=args.fix)
+            print(render_table(reports))
+            drift += sum(r.drift for r in reports)
+        if args.voucher or not args.item:
+            vouchers = await reconcile_vouchers(
+                cfg, pool, VoucherStore(router), args.voucher or None, fix=args.fix
+            )
+            print(render_voucher_table(vouchers))
+            drift += sum(r.drift for r in vouchers)
         print(f"drift: {drift}")
         return 1 if drift else 0
+
+    return _run_async(work, cfg)
+
+
+def _voucher(args: argparse.Namespace, cfg: Settings) -> int:
+    import datetime as dt
+
+    import msgspec
+
+    from flashsale.vouchers import NewVoucher, VoucherExists, create_voucher
+    from jobs.errors import NotReady
+    from jobs.reconcile import writer_lag
+    from jobs.voucher_arm import arm_voucher
+    from jobs.voucher_reconcile import reconcile_voucher, render_voucher_table
+    from shard_router import VoucherStore
+
+    async def arm(pool: Any, store: VoucherStore) -> int:
+        try:
+            armed = await arm_voucher(pool, store, args.code)
+        except NotReady as exc:
+            print(f"not armed: {exc}", file=sys.stderr)
+            return 1
+        print(
+            f"voucher {armed.code}: {armed.remaining} uses left ({armed.held} held, "
+            f"{armed.in_flight} in flight)"
+        )
+        return 0
+
+    async def work(pool: Any, router: Any) -> int:
+        store = VoucherStore(router)
+        if args.action == "create":
+            now = dt.datetime.now(dt.UTC)
+            wanted = {
+                "code": args.code,
+                "discountAmount": args.discount,
+                "minOrderAmount": args.min_order,
+                "totalLimit": args.total,
+                "perCustomerLimit": args.per_customer,
+                "startsAt": now + dt.timedelta(seconds=args.starts_in),
+                "endsAt": now + dt.timedelta(seconds=args.starts_in + args.duration),
+                "isFlash": args.flash,
+            }
+            try:
+                new = msgspec.convert(wanted, NewVoucher)
+                voucher = await create_voucher(pool, new)
+            except (msgspec.ValidationError, ValueError) as exc:
+                print(f"invalid voucher: {exc}", file=sys.stderr)
+                return 2
+            except VoucherExists:
+                print(f"voucher {args.code} exists", file=sys.stderr)
+                return 1
+            print(msgspec.json.encode(voucher).decode())
+            return await arm(pool, store) if voucher.is_flash else 0
+        if args.action == "arm":
+            return await arm(pool, store)
+        try:
+            lag = writer_lag(cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
+            report = await reconcile_voucher(pool, store, args.code, lag)
+        except LookupError as exc:
+            print(str(exc), file=sys.stderr)
+            return 1
+        print(render_voucher_table([report]))
+        return 0
 
     return _run_async(work, cfg)
 
@@ -222,12 +296,25 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reconcile", help="compare Redis with the database; non-zero on drift")
     p.add_argument("--item", type=int, action="append", help="only these items")
+    p.add_argument("--voucher", action="append", help="only these vouchers (codes)")
     p.add_argument(
         "--fix",
         action="store_true",
         help="release stale holds; rebuild paused items' shards from the database",
     )
     p.set_defaults(handler=_reconcile)
+
+    p = sub.add_parser("voucher", help="create a voucher, show its counters, or arm a flash one")
+    p.add_argument("action", choices=["create", "show", "arm"])
+    p.add_argument("code")
+    p.add_argument("--discount", type=int, default=100_000, help="discount, minor units")
+    p.add_argument("--min-order", type=int, default=0, help="minimum order amount")
+    p.add_argument("--total", type=int, default=1000, help="total uses")
+    p.add_argument("--per-customer", type=int, default=1, help="uses per customer")
+    p.add_argument("--starts-in", type=int, default=0, help="seconds from now")
+    p.add_argument("--duration", type=int, default=86_400, help="seconds the voucher is valid")
+    p.add_argument("--flash", action="store_true", help="a flash voucher: uses go through Redis")
+    p.set_defaults(handler=_voucher)
 
     p = sub.add_parser("demo", help="run a whole flash sale on the local stack")
     p.add_argument("--buyers", type=int, default=20_000)

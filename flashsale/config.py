@@ -79,6 +79,9 @@ class Settings:
 
     # Writer and jobs.
     writer_group: str = "flashsale-writer"
+    # The vouchers topic has its own group, so voucher uses never wait behind an orders backlog.
+    voucher_writer_group: str = "flashsale-voucher-writer"
+    writer_streams: tuple[str, ...] = ("orders", "vouchers")  # what a writer process consumes
     writer_batch_size: int = 1000
     writer_batch_ms: int = 50
     writer_metrics_port: int = 9108  # 0 picks a free port, -1 serves none

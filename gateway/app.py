@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from flashsale.config import Settings, settings
 
-from . import admin, metrics, orders
+from . import admin, metrics, orders, voucher_admin, vouchers
 from .catalog import CatalogUnavailable
 from .errors import ApiError, Unavailable
 from .purchase import PurchaseHandler
@@ -52,6 +52,10 @@ async def metrics_endpoint(request: Request) -> Response:
         with contextlib.suppress(Exception):
             for state in await s.router.shard_states(item.id, item.shards):
                 metrics.SHARD_STOCK.labels(str(item.id), str(state.shard)).set(state.stock)
+    for voucher in s.vouchers.live_flash():
+        with contextlib.suppress(Exception):
+            remaining = (await s.voucher_store.state(voucher.code)).remaining
+            metrics.VOUCHER_REMAINING.labels(voucher.code).set(remaining or 0)
     return PlainTextResponse(
         metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8"
     )
@@ -106,6 +110,20 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             Route("/admin/sales", admin.post_sale, methods=["POST"]),
             Route("/admin/sales/{sale_id}/arm", admin.arm, methods=["POST"]),
             Route("/admin/items/{item_id}", admin.get_item),
+            Route("/vouchers/{code}/reservations", vouchers.reserve, methods=["POST"]),
+            Route(
+                "/vouchers/{code}/reservations/{order_id}/confirm",
+                vouchers.confirm_reservation,
+                methods=["POST"],
+            ),
+            Route(
+                "/vouchers/{code}/reservations/{order_id}",
+                vouchers.release_reservation,
+                methods=["DELETE"],
+            ),
+            Route("/admin/vouchers", voucher_admin.post_voucher, methods=["POST"]),
+            Route("/admin/vouchers/{code}", voucher_admin.get_voucher),
+            Route("/admin/vouchers/{code}/arm", voucher_admin.arm, methods=["POST"]),
         ],
         exception_handlers={
             ApiError: api_error,

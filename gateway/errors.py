@@ -5,9 +5,13 @@
     ├── Unauthorized        401 UNAUTHORIZED
     ├── SaleNotOpen         403 SALE_NOT_OPEN
     ├── NotFound            404 ITEM_NOT_FOUND / ORDER_NOT_FOUND / SALE_NOT_FOUND / NOT_FOUND
+    │                           / VOUCHER_NOT_FOUND / RESERVATION_NOT_FOUND
     ├── Conflict            409 ALREADY_PURCHASED / ORDER_EXPIRED / ORDER_FAILED / ORDER_PROCESSING
-    │                           / NOT_READY_TO_ARM
+    │                           / NOT_READY_TO_ARM / OUT_OF_STOCK / ALREADY_USED / ORDER_ID_CONFLICT
+    │                           / RESERVATION_EXPIRED / RESERVATION_FAILED / RESERVATION_PROCESSING
+    │                           / ALREADY_CONFIRMED / VOUCHER_EXISTS
     ├── SoldOut             410 SOLD_OUT
+    ├── NotEligible         422 NOT_ELIGIBLE (+ reason: EXPIRED / NOT_STARTED / BELOW_MIN_ORDER)
     ├── RateLimited         429 RATE_LIMITED (+ Retry-After)
     └── Unavailable         503 UNAVAILABLE (+ Retry-After)
 
@@ -63,6 +67,11 @@ class Conflict(ApiError):
 class SoldOut(ApiError):
     status = 410
     default_code = "SOLD_OUT"
+
+
+class NotEligible(ApiError):
+    status = 422
+    default_code = "NOT_ELIGIBLE"
 
 
 class RateLimited(ApiError):

@@ -62,7 +62,7 @@ class PurchaseHandler:
         try:
             return await self._decide(scope, item_text)
         except ApiError as error:
-            metrics.PURCHASE[_OUTCOME_BY_ERROR.get(error.status, "bad_request")].inc()
+            _count(_OUTCOME_BY_ERROR.get(error.status, "bad_request"))
             return render(error)
 
     async def _decide(self, scope: dict[str, Any], item_text: str) -> Answer:
@@ -72,13 +72,13 @@ class PurchaseHandler:
             raise SaleNotOpen()
         if self.s.flags.is_sold_out(item.id):
             # Nothing changes state on this path, so it needs no token check.
-            metrics.SOLD_OUT_FLAG_HITS.inc()
-            metrics.PURCHASE["sold_out_flag"].inc()
+            _guard("sold_out_flag")
+            _count("sold_out_flag")
             return 410, SOLD_OUT_HEADERS, SOLD_OUT_BODY
         user_id = self.s.verifier.user_id(_header(scope, b"authorization"))
         self._rate_limit(user_id, scope, time.monotonic())
         if self.s.inflight >= self.s.cfg.inflight_cap:
-            metrics.SHED.inc()
+            _guard("inflight_cap")
             raise Unavailable()
         self.s.inflight += 1
         try:
@@ -101,12 +101,12 @@ class PurchaseHandler:
     def _rate_limit(self, user_id: int, scope: dict[str, Any], now: float) -> None:
         wait = self.s.user_buckets.take(user_id, now)
         if wait:
-            metrics.USER_LIMITED.inc()
+            _guard("rate_limit_user")
             raise RateLimited(retry_after=retry_after_seconds(wait))
         client = scope.get("client")
         wait = self.s.ip_buckets.take(client[0] if client else "-", now)
         if wait:
-            metrics.IP_LIMITED.inc()
+            _guard("rate_limit_ip")
             raise RateLimited(retry_after=retry_after_seconds(wait))
 
     async def _reserve(self, item: Item, user_id: int, now: float) -> Answer:
@@ -138,7 +138,7 @@ class PurchaseHandler:
             item, user_id, order_id, reservation.unit_shard, payload_for(reservation.unit_shard)
         )
         metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
-        metrics.PURCHASE["accepted"].inc()
+        _count("accepted")
         body = encode_json({"orderId": order_id, "status": "PENDING"})
         return 202, raw_headers(body), body
 
@@ -165,6 +165,14 @@ class PurchaseHandler:
         if not self.s.flags.is_sold_out(item_id):
             self.s.flags.mark(item_id)
             await publish(self.s.router.client, "soldout", item_id)
+
+
+def _count(outcome: str) -> None:
+    metrics.PURCHASE_OUTCOMES.counts[(outcome,)] += 1
+
+
+def _guard(guard: str) -> None:
+    metrics.PURCHASE_GUARDS.counts[(guard,)] += 1
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

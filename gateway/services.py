@@ -9,14 +9,16 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from flashsale.config import Settings
-from shard_router import ShardRouter
+from shard_router import ShardRouter, VoucherStore
 
 from .auth import TokenVerifier
 from .catalog import Catalog
 from .outbox import OutboxAcker, run_relay
 from .producer import OrderProducer
 from .ratelimit import TokenBuckets
-from .soldout import SoldOutFlags, listen
+from .soldout import SoldOutFlags, keep_fresh, listen
+from .voucher_catalog import OutOfStockFlags, VoucherCatalog
+from .voucher_outbox import VoucherAcker, run_voucher_relay
 
 
 @dataclass
@@ -31,6 +33,10 @@ class Services:
     verifier: TokenVerifier
     user_buckets: TokenBuckets
     ip_buckets: TokenBuckets
+    vouchers: VoucherCatalog
+    voucher_store: VoucherStore
+    voucher_acker: VoucherAcker
+    voucher_flags: OutOfStockFlags
     inflight: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -41,6 +47,7 @@ class Services:
         assert pool is not None
         router = ShardRouter(cfg)
         await router.start()
+        voucher_store = VoucherStore(router)
         services = cls(
             cfg=cfg,
             pool=pool,
@@ -52,14 +59,32 @@ class Services:
             verifier=TokenVerifier(cfg),
             user_buckets=TokenBuckets(cfg.user_rate_per_s, cfg.user_burst),
             ip_buckets=TokenBuckets(cfg.ip_rate_per_s, cfg.ip_burst),
+            vouchers=VoucherCatalog(pool, cfg.item_cache_seconds),
+            voucher_store=voucher_store,
+            voucher_acker=VoucherAcker(voucher_store),
+            voucher_flags=OutOfStockFlags(cfg.sold_out_flag_ttl_ms / 1000),
         )
         await services.catalog.refresh()
         services.tasks = [
             asyncio.create_task(services.catalog.run(services.stop)),
             asyncio.create_task(listen(services.flags, cfg.redis_nodes, services.stop)),
             asyncio.create_task(
+                keep_fresh(services.flags, router, services.catalog, services.stop)
+            ),
+            asyncio.create_task(
                 run_relay(
                     cfg, router, services.catalog, services.producer, services.acker, services.stop
+                )
+            ),
+            asyncio.create_task(services.vouchers.run(services.stop)),
+            asyncio.create_task(
+                run_voucher_relay(
+                    cfg,
+                    voucher_store,
+                    services.vouchers,
+                    services.producer,
+                    services.voucher_acker,
+                    services.stop,
                 )
             ),
         ]

@@ -14,7 +14,10 @@ import time
 
 from redis.asyncio import Redis
 
+from shard_router import ShardRouter, ShardUnavailable
 from shard_router.stock_events import CHANNEL
+
+from .catalog import Catalog
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,32 @@ class SoldOutFlags:
 
     def clear(self, item_id: int) -> None:
         self._until.pop(item_id, None)
+
+    def flagged(self) -> list[int]:
+        return list(self._until)
+
+
+async def keep_fresh(
+    flags: SoldOutFlags, router: ShardRouter, catalog: Catalog, stop: asyncio.Event
+) -> None:
+    """Re-check flagged items twice per TTL: still empty everywhere → the flag is extended, so
+    the 410s never fall through to token checks and Redis when a TTL ends; stock back (a
+    release whose broadcast was lost) → the flag goes. One pipelined GET per shard per item."""
+    while not stop.is_set():
+        for item_id in flags.flagged():
+            item = catalog.cached(item_id)
+            try:
+                left = None if item is None else await router.units_left(item.id, item.shards)
+            except ShardUnavailable:
+                continue  # unknown: let the TTL decide
+            if left == 0:
+                flags.mark(item_id)
+            else:
+                flags.clear(item_id)
+        try:
+            await asyncio.wait_for(stop.wait(), flags.ttl_s / 2)
+        except TimeoutError:
+            pass
 
 
 async def listen(flags: SoldOutFlags, nodes: tuple[str, ...], stop: asyncio.Event) -> None:

@@ -54,18 +54,20 @@ class ItemReport:
         return abs(self.unit_drift) + len(self.stale) + self.ghosts + self.lost + sold_drift
 
 
-def writer_lag(cfg: Settings) -> int:
-    """Messages on the orders topic that the writer group has not committed yet."""
+def writer_lag(cfg: Settings, topic_name: str | None = None, group: str | None = None) -> int:
+    """Messages on the orders topic (or this one) that the writer group (or this one) has not
+    committed yet."""
+    topic_name = topic_name or cfg.orders_topic
     consumer = Consumer(
         {
             "bootstrap.servers": cfg.kafka_bootstrap,
-            "group.id": cfg.writer_group,
+            "group.id": group or cfg.writer_group,
             "enable.auto.commit": False,
         }
     )
     try:
-        topic = consumer.list_topics(cfg.orders_topic, timeout=5).topics[cfg.orders_topic]
-        partitions = [TopicPartition(cfg.orders_topic, p) for p in topic.partitions]
+        topic = consumer.list_topics(topic_name, timeout=5).topics[topic_name]
+        partitions = [TopicPartition(topic_name, p) for p in topic.partitions]
         committed = consumer.committed(partitions, timeout=5)
         lag = 0
         for tp in committed:

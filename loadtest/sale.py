@@ -77,7 +77,7 @@ def purchase(base_url: str, item: Item, token: bytes | None) -> int:
 def metric(base_url: str, outcome: str) -> float:
     """A purchase outcome counter of the gateway's ``/metrics`` (0 when absent)."""
     text = httpx.get(f"{base_url}/metrics", timeout=10).text
-    pattern = rf'^flashsale_requests_total\{{[^}}]*outcome="{outcome}"[^}}]*\}} (\S+)$'
+    pattern = rf'^flashsale_purchase_requests_total\{{[^}}]*outcome="{outcome}"[^}}]*\}} (\S+)$'
     found = [float(m) for m in re.findall(pattern, text, flags=re.MULTILINE)]
     return sum(found)
 

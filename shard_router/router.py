@@ -195,6 +195,13 @@ class ShardRouter:
             self.client.hdel(shard_keys(item_id, unit_shard).outbox, *order_ids)
         )
 
+    async def units_left(self, item_id: int, shards: int) -> int:
+        """Units left over every shard of the item (one pipelined GET per shard)."""
+        pipe = self.client.pipeline()
+        for k in range(shards):
+            pipe.execute_command("GET", shard_keys(item_id, k).stock)
+        return sum(int(v or 0) for v in await self._with_deadline(pipe.execute()))
+
     async def shards_with_outbox(self, item_id: int, shards: int) -> list[int]:
         """The shards whose outbox is not empty, found with one pipelined HLEN per shard."""
         pipe = self.client.pipeline()

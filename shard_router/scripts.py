@@ -27,5 +27,18 @@ CLAIM = _load("claim")
 RELEASE = _load("release")
 UNCLAIM = _load("unclaim")
 LOAD_SHARD = _load("load_shard")
+VOUCHER_RESERVE = _load("voucher_reserve")
+VOUCHER_RELEASE = _load("voucher_release")
+VOUCHER_LOAD = _load("voucher_load")
 
-ALL = (RESERVE, BORROW, CLAIM, RELEASE, UNCLAIM, LOAD_SHARD)
+ALL = (
+    RESERVE,
+    BORROW,
+    CLAIM,
+    RELEASE,
+    UNCLAIM,
+    LOAD_SHARD,
+    VOUCHER_RESERVE,
+    VOUCHER_RELEASE,
+    VOUCHER_LOAD,
+)

@@ -1,4 +1,5 @@
-"""Wires one writer process: settings in, a running OrderWriter out, everything closed after."""
+"""Wires one writer process: settings in, running OrderWriters out (one per stream of
+``writer_streams``: the orders topic, the vouchers topic), everything closed after."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Coroutine
+from typing import Any
 
 import asyncpg
 import uvloop
@@ -25,6 +28,7 @@ from .source import OrderSource
 log = logging.getLogger(__name__)
 
 POOL_SIZE = 2
+STREAMS = ("orders", "vouchers")
 COMMAND_TIMEOUT_S = 10.0
 CLOSE_TIMEOUT_S = 5.0
 
@@ -37,11 +41,16 @@ async def run(
     once: bool = False,
     stats: WriterStats | None = None,
 ) -> None:
-    """Write orders until ``stop`` is set (or, with ``once``, until the topic is drained).
+    """Write orders and voucher uses until ``stop`` is set (or, with ``once``, until every topic
+    is drained).
 
-    ``metrics_port=None`` serves no metrics; 0 picks a free port. Raises WriterError when a step
-    keeps failing past its retry budget.
+    ``metrics_port=None`` serves no metrics; 0 picks a free port. ``stats`` counts the orders
+    stream. Raises WriterError when a step keeps failing past its retry budget.
     """
+    if not cfg.writer_streams or set(cfg.writer_streams) - set(STREAMS):
+        raise SystemExit(
+            f"FLASHSALE_WRITER_STREAMS={','.join(cfg.writer_streams)}: each one of {STREAMS}"
+        )
     stop = stop or asyncio.Event()
     backoff = Backoff()
     async with contextlib.AsyncExitStack() as resources:
@@ -60,11 +69,41 @@ async def run(
         resources.push_async_callback(_close_pool, pool)
         deadletter = DeadLetterProducer(cfg)
         resources.push_async_callback(asyncio.to_thread, deadletter.close)
-        source = OrderSource(cfg)
-        resources.push_async_callback(source.close)
-        writer = OrderWriter(source, Sink(pool), deadletter, router, backoff=backoff, stats=stats)
-        log.info("writer: %s -> PostgreSQL, group %s", cfg.orders_topic, cfg.writer_group)
-        await writer.run(stop, once=once)
+        writers: list[OrderWriter] = []
+        if "orders" in cfg.writer_streams:
+            source = OrderSource(cfg)
+            resources.push_async_callback(source.close)
+            writers.append(
+                OrderWriter(source, Sink(pool), deadletter, router, backoff=backoff, stats=stats)
+            )
+            log.info("writer: %s -> PostgreSQL, group %s", cfg.orders_topic, cfg.writer_group)
+        if "vouchers" in cfg.writer_streams:
+            topic, group = cfg.vouchers_topic, cfg.voucher_writer_group
+            vouchers = OrderSource(cfg, topic, group)
+            resources.push_async_callback(vouchers.close)
+            writers.append(
+                OrderWriter(
+                    vouchers, Sink(pool), deadletter, router, backoff=backoff, vouchers_topic=topic
+                )
+            )
+            log.info("writer: %s -> PostgreSQL, group %s", topic, group)
+        await _all_or_none([writer.run(stop, once=once) for writer in writers])
+
+
+async def _all_or_none(loops: list[Coroutine[Any, Any, None]]) -> None:
+    """Run the loops together; the first one to fail stops the others, and its error is raised."""
+    tasks = [asyncio.ensure_future(loop) for loop in loops]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            error = task.exception()
+            if error is not None:
+                raise error
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _close_pool(pool: asyncpg.Pool) -> None:

@@ -1,4 +1,5 @@
-"""Pure: turn one batch of Kafka records into orders to store and records to dead-letter.
+"""Pure: turn one batch of Kafka records into orders (and, from the vouchers topic, flash voucher
+uses) to store and records to dead-letter.
 
 Everything PostgreSQL would refuse for its shape (a non-UUID id, an integer out of its column's
 range, a timestamp no datetime can hold) is caught here, so one bad message can never make the
@@ -9,12 +10,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import msgspec
 
-from flashsale.events import OrderPlaced, decode
+from flashsale.events import OrderPlaced, VoucherReserved, decode
+from flashsale.vouchers import valid_code, valid_order_id
 
 _BIGINT = (-(2**63), 2**63 - 1)
 _SMALLINT = (0, 2**15 - 1)
@@ -43,9 +45,19 @@ class Order:
 
 
 @dataclass(frozen=True, slots=True)
+class Redemption:
+    """A valid VoucherReserved (a flash voucher use Redis granted) with its columns converted."""
+
+    record: Record
+    event: VoucherReserved
+    reserved_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A record bound for the dead-letter topic, with why; ``kind`` is a metrics label
-    (poison, unsupported, invalid, unknown_item, refused, rejected)."""
+    (poison, unsupported, invalid, unknown_item, unknown_voucher, refused, rejected)."""
 
     record: Record
     kind: str
@@ -58,14 +70,17 @@ class Batch:
     dead_letters: list[DeadLetter]
     # (topic, partition) -> the offset to commit: the last offset seen + 1.
     offsets: dict[tuple[str, int], int]
+    redemptions: list[Redemption] = field(default_factory=list)
 
 
 class InvalidOrder(ValueError):
     pass
 
 
-def parse(records: Sequence[Record]) -> Batch:
+def parse(records: Sequence[Record], vouchers_topic: str | None = None) -> Batch:
+    """Orders from any topic but ``vouchers_topic``; voucher uses from that topic only."""
     orders: list[Order] = []
+    redemptions: list[Redemption] = []
     dead_letters: list[DeadLetter] = []
     offsets: dict[tuple[str, int], int] = {}
     for record in records:
@@ -76,7 +91,15 @@ def parse(records: Sequence[Record]) -> Batch:
         except msgspec.MsgspecError as exc:
             dead_letters.append(DeadLetter(record, "poison", f"undecodable: {exc}"))
             continue
-        if not isinstance(event, OrderPlaced):
+        from_vouchers = record.topic == vouchers_topic
+        if isinstance(event, VoucherReserved) and from_vouchers:
+            try:
+                redemptions.append(to_redemption(record, event))
+            except InvalidOrder as exc:
+                reason = f"invalid voucher use: {exc}"
+                dead_letters.append(DeadLetter(record, "invalid", reason))
+            continue
+        if not isinstance(event, OrderPlaced) or from_vouchers:
             tag = type(event).__struct_config__.tag
             dead_letters.append(DeadLetter(record, "unsupported", f"unsupported event type: {tag}"))
             continue
@@ -84,7 +107,7 @@ def parse(records: Sequence[Record]) -> Batch:
             orders.append(to_order(record, event))
         except InvalidOrder as exc:
             dead_letters.append(DeadLetter(record, "invalid", f"invalid order: {exc}"))
-    return Batch(orders, dead_letters, offsets)
+    return Batch(orders, dead_letters, offsets, redemptions)
 
 
 def to_order(record: Record, event: OrderPlaced) -> Order:
@@ -101,6 +124,22 @@ def to_order(record: Record, event: OrderPlaced) -> Order:
         event,
         order_id,
         _timestamp("created_at_ms", event.created_at_ms),
+        _timestamp("expires_at_ms", event.expires_at_ms),
+    )
+
+
+def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
+    if not valid_order_id(event.order_id):
+        raise InvalidOrder(f"order_id {event.order_id!r} is not a valid order id")
+    if not valid_code(event.code):
+        raise InvalidOrder(f"code {event.code!r} is not a valid voucher code")
+    _in_range("customer_id", event.customer_id, 1, _BIGINT[1])
+    _in_range("order_amount", event.order_amount, 0, _BIGINT[1])
+    _in_range("discount_amount", event.discount_amount, 1, _BIGINT[1])
+    return Redemption(
+        record,
+        event,
+        _timestamp("reserved_at_ms", event.reserved_at_ms),
         _timestamp("expires_at_ms", event.expires_at_ms),
     )
 

@@ -121,6 +121,7 @@ async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: in
             deadletter_topic=deadletter,
             writer_group=f"bench-writer-{tag}",
             writer_batch_size=batch_size,
+            writer_streams=("orders",),  # the orders path only
         )
         started = time.monotonic()
         await run(run_cfg, metrics_port=None, once=True, stats=stats)

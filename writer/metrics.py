@@ -43,6 +43,13 @@ ORDERS = Counter(
     ["fate"],
     registry=REGISTRY,
 )
+VOUCHER_USES = Counter(
+    "flashsale_writer_voucher_uses_total",
+    "Flash voucher uses handled, by fate (inserted, duplicate, refused, failed_before, conflict,"
+    " unknown_voucher)",
+    ["fate"],
+    registry=REGISTRY,
+)
 RETRIES = Counter(
     "flashsale_writer_retries_total",
     "Retried attempts of a step (db, deadletter, redis)",

@@ -13,7 +13,8 @@ Inside the transaction, in this order:
 5. advance ``sold`` by the accepted count per item, guarded by ``sold + n <= quantity``.
 
 A crash anywhere before the commit leaves nothing; a redelivery after it finds every orderId
-stored and decides the same, so any number of passes equals one clean pass.
+stored and decides the same, so any number of passes equals one clean pass. Flash voucher uses
+(from the vouchers topic) go in the same transaction by the same rules (writer/voucher_sink.py).
 """
 
 from __future__ import annotations
@@ -23,15 +24,16 @@ import enum
 import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
 from flashsale.failpoints import failpoint
 
-from .batch import Order
+from .batch import Order, Redemption
 from .errors import RaceLost
+from .voucher_sink import VoucherDecision, VoucherFate, write_redemptions
 
 TRANSACTION_TIMEOUT_S = 30.0
 ACQUIRE_TIMEOUT_S = 10.0
@@ -84,9 +86,13 @@ class Decision:
 class SinkResult:
     decisions: list[Decision]
     shards: dict[int, int]  # item id -> its number of stock shards
+    vouchers: list[VoucherDecision] = field(default_factory=list)
 
     def with_fate(self, *fates: Fate) -> list[Decision]:
         return [d for d in self.decisions if d.fate in fates]
+
+    def vouchers_with_fate(self, *fates: VoucherFate) -> list[VoucherDecision]:
+        return [d for d in self.vouchers if d.fate in fates]
 
 
 @dataclass(slots=True)
@@ -104,16 +110,19 @@ class Sink:
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
 
-    async def write(self, orders: Sequence[Order]) -> SinkResult:
+    async def write(
+        self, orders: Sequence[Order], redemptions: Sequence[Redemption] = ()
+    ) -> SinkResult:
         """Store the batch in one transaction; raises (and stores nothing) on any failure."""
-        if not orders:
+        if not orders and not redemptions:
             return SinkResult([], {})
         async with asyncio.timeout(TRANSACTION_TIMEOUT_S):
             async with self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 async with conn.transaction():
-                    result = await _write(conn, orders)
-                    failpoint("writer.before_commit")
-        return result
+                    result = await _write(conn, orders) if orders else SinkResult([], {})
+                    vouchers = await write_redemptions(conn, redemptions)
+                    failpoint("writer.before_commit" if orders else "writer.vouchers.before_commit")
+        return SinkResult(result.decisions, result.shards, vouchers)
 
 
 async def _write(conn: Any, orders: Sequence[Order]) -> SinkResult:

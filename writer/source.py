@@ -1,4 +1,5 @@
-"""The orders topic as a source of batches: a confluent-kafka consumer in a consumer group.
+"""The orders topic (or the vouchers topic) as a source of batches: a confluent-kafka consumer in
+a consumer group.
 
 librdkafka calls block, so each runs in this source's own single worker thread (asyncio's
 ``to_thread`` pattern with a private executor): they never overlap, and ``close`` waits for a
@@ -37,8 +38,10 @@ T = TypeVar("T")
 
 
 class OrderSource:
-    def __init__(self, cfg: Settings) -> None:
-        self.topic = cfg.orders_topic
+    def __init__(self, cfg: Settings, topic: str | None = None, group: str | None = None) -> None:
+        """The orders topic and the writer group, unless another topic and group are given."""
+        self.topic = topic or cfg.orders_topic
+        group = group or cfg.writer_group
         self.batch_size = max(1, cfg.writer_batch_size)
         self.batch_s = max(cfg.writer_batch_ms, 1) / 1000
         self._pending: dict[Place, int] = {}
@@ -47,7 +50,7 @@ class OrderSource:
         self._consumer = Consumer(
             {
                 "bootstrap.servers": cfg.kafka_bootstrap,
-                "group.id": cfg.writer_group,
+                "group.id": group,
                 "client.id": "flashsale-writer",
                 "enable.auto.commit": False,
                 "auto.offset.reset": "earliest",
@@ -68,7 +71,7 @@ class OrderSource:
         self._probe = Consumer(
             {
                 "bootstrap.servers": cfg.kafka_bootstrap,
-                "group.id": cfg.writer_group,
+                "group.id": group,
                 "client.id": "flashsale-writer-probe",
                 "enable.auto.commit": False,
             }

@@ -1,0 +1,274 @@
+"""The order service's voucher endpoints, behind the service token.
+
+    POST   /vouchers/{code}/reservations                      take a use   → 201
+    POST   /vouchers/{code}/reservations/{orderId}/confirm    RESERVED → CONFIRMED
+    DELETE /vouchers/{code}/reservations/{orderId}            the use goes back
+
+Reserve runs cheapest first: service token → body → voucher config (cached) → eligibility
+(window, minimum order), then one of two paths, each idempotent by orderId:
+- flash: local OUT-OF-STOCK flag → in-flight cap → one Lua call on ``{voucher:<code>}`` → Kafka
+  acknowledgement (the writer stores the redemption);
+- ordinary: one PostgreSQL transaction (jobs/voucher_lifecycle.py).
+Confirm and release act on the database for both kinds; a flash use goes back to Redis after.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import time
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import asyncpg
+import msgspec
+from starlette.requests import Request
+from starlette.responses import Response
+
+from flashsale.events import VoucherReserved, encode
+from flashsale.failpoints import failpoint
+from flashsale.vouchers import (
+    Outcome,
+    ReservationRequest,
+    Voucher,
+    decode_reservation,
+    valid_code,
+    valid_order_id,
+)
+from jobs.voucher_lifecycle import Transition, confirm, release, reserve_ordinary
+from shard_router import ShardUnavailable
+
+from . import metrics
+from .errors import ApiError, BadRequest, Conflict, NotEligible, NotFound, Unauthorized, Unavailable
+from .producer import NeverSent, OutcomeUnknown
+from .responses import json_response
+from .services import Services
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+MAX_BODY = 64 * 1024
+DB_DEADLINE_S = 5.0
+_DB_UNAVAILABLE = (
+    OSError,
+    TimeoutError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.TransactionRollbackError,
+    asyncpg.exceptions.OperatorInterventionError,
+    asyncpg.exceptions.InsufficientResourcesError,
+)
+# Every refusal of a reserve call (a fresh error each time: a raised instance keeps its traceback).
+_REFUSALS: dict[Outcome, tuple[type[ApiError], str]] = {
+    Outcome.OUT_OF_STOCK: (Conflict, "OUT_OF_STOCK"),
+    Outcome.ALREADY_USED: (Conflict, "ALREADY_USED"),
+    Outcome.ORDER_ID_CONFLICT: (Conflict, "ORDER_ID_CONFLICT"),
+    Outcome.ENDED: (Conflict, "RESERVATION_EXPIRED"),
+    Outcome.NOT_LOADED: (Unavailable, "VOUCHER_NOT_ARMED"),
+    Outcome.NOT_FOUND: (NotFound, "VOUCHER_NOT_FOUND"),
+}
+
+
+def _authorized(request: Request) -> Services:
+    s: Services = request.app.state.services
+    header = request.headers.get("authorization", "")
+    expected = f"Bearer {s.cfg.service_token}"
+    if not hmac.compare_digest(header.encode(), expected.encode()):
+        raise Unauthorized()
+    return s
+
+
+async def _db(call: Awaitable[T]) -> T:
+    """A database call under a deadline; an outage is a 503, never a guess."""
+    try:
+        async with asyncio.timeout(DB_DEADLINE_S):
+            return await call
+    except _DB_UNAVAILABLE as exc:
+        log.warning("voucher database call failed: %r", exc)
+        raise Unavailable() from None
+
+
+async def _voucher(s: Services, request: Request) -> Voucher:
+    code: str = request.path_params["code"]
+    voucher = await _db(s.vouchers.get(code)) if valid_code(code) else None
+    if voucher is None:
+        raise NotFound("VOUCHER_NOT_FOUND")
+    return voucher
+
+
+def _order_id(request: Request) -> str:
+    order_id: str = request.path_params["order_id"]
+    if not valid_order_id(order_id):
+        raise NotFound("RESERVATION_NOT_FOUND")
+    return order_id
+
+
+async def _reservation_request(request: Request) -> ReservationRequest:
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise BadRequest("BODY_TOO_LARGE")
+    try:
+        return decode_reservation(body)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise BadRequest(detail=str(exc)) from None
+
+
+# POST /vouchers/{code}/reservations
+
+
+async def reserve(request: Request) -> Response:
+    kind = "unknown"
+    try:
+        s = _authorized(request)
+        voucher = await _voucher(s, request)
+        kind = "flash" if voucher.is_flash else "ordinary"
+        wanted = await _reservation_request(request)
+        reason = voucher.ineligible(wanted.order_amount, time.time())
+        if reason is not None:
+            raise NotEligible(reason=reason.value)
+        if voucher.is_flash:
+            outcome, discount = await _reserve_flash(s, voucher, wanted), voucher.discount_amount
+        else:
+            reserved = await _db(
+                reserve_ordinary(s.pool, voucher.code, wanted, s.cfg.voucher_hold_seconds)
+            )
+            outcome, discount = reserved.outcome, reserved.discount_amount
+    except ApiError as error:
+        metrics.VOUCHER_RESERVATIONS.labels(kind, error.code.lower()).inc()
+        raise
+    metrics.VOUCHER_RESERVATIONS.labels(kind, outcome.value.lower()).inc()
+    if outcome in (Outcome.RESERVED, Outcome.REPLAY):
+        return json_response({"orderId": wanted.order_id, "discountAmount": discount}, status=201)
+    refusal, code = _REFUSALS[outcome]
+    raise refusal(code)
+
+
+async def _reserve_flash(s: Services, voucher: Voucher, wanted: ReservationRequest) -> Outcome:
+    if s.voucher_flags.is_out(voucher.code):
+        metrics.VOUCHER_OUT_OF_STOCK_FLAG_HITS.inc()
+        return Outcome.OUT_OF_STOCK
+    if s.inflight >= s.cfg.inflight_cap:
+        metrics.SHED.inc()
+        raise Unavailable()
+    s.inflight += 1
+    try:
+        now_ms = int(time.time() * 1000)
+        payload = encode(
+            VoucherReserved(
+                wanted.order_id,
+                voucher.code,
+                wanted.customer_id,
+                wanted.order_amount,
+                voucher.discount_amount,
+                now_ms,
+                now_ms + s.cfg.voucher_hold_seconds * 1000,
+            )
+        )
+        try:
+            taken = await s.voucher_store.reserve(
+                voucher.code,
+                wanted.customer_id,
+                wanted.order_id,
+                voucher.per_customer_limit,
+                payload,
+            )
+        except ShardUnavailable as exc:
+            log.warning("reserve of voucher %s: %s", voucher.code, exc)
+            raise Unavailable() from None
+        if taken.outcome is Outcome.RESERVED:
+            metrics.VOUCHER_REMAINING.labels(voucher.code).set(taken.remaining)
+            failpoint("gateway.after_voucher_reserve")
+            await _hand_off(s, voucher.code, wanted.order_id, payload)
+        elif taken.outcome is Outcome.OUT_OF_STOCK:
+            metrics.VOUCHER_REMAINING.labels(voucher.code).set(0)
+            s.voucher_flags.mark(voucher.code)
+        return taken.outcome
+    finally:
+        s.inflight -= 1
+
+
+async def _hand_off(s: Services, code: str, order_id: str, payload: bytes) -> None:
+    """The same outcome rules as a purchase: NeverSent gives the use back, an unknown outcome
+    keeps it (the relay re-sends, the writer stores it once)."""
+    try:
+        await s.producer.send(s.cfg.vouchers_topic, order_id.encode(), payload)
+    except NeverSent as exc:
+        log.warning("voucher use %s never sent: %s", order_id, exc)
+        try:
+            await s.voucher_store.release(code, order_id, ended=False)
+        except ShardUnavailable:
+            pass  # the hold stays in the outbox; the relay sends it later
+        raise Unavailable() from None
+    except OutcomeUnknown as exc:
+        log.warning("voucher use %s outcome unknown: %s", order_id, exc)
+        raise Unavailable(orderId=order_id) from None
+    s.voucher_acker.ack(code, order_id)
+
+
+# POST /vouchers/{code}/reservations/{orderId}/confirm
+
+
+async def confirm_reservation(request: Request) -> Response:
+    return await _transition(request, "confirm", _confirm)
+
+
+async def _confirm(s: Services, voucher: Voucher, order_id: str) -> Response:
+    result = await _db(confirm(s.pool, voucher.code, order_id))
+    if result is Transition.DONE:
+        return json_response({"orderId": order_id, "status": "CONFIRMED"})
+    if result is Transition.ENDED:
+        raise Conflict("RESERVATION_EXPIRED")
+    if result is Transition.FAILED:
+        raise Conflict("RESERVATION_FAILED")
+    raise await _not_stored(s, voucher, order_id)
+
+
+# DELETE /vouchers/{code}/reservations/{orderId}
+
+
+async def release_reservation(request: Request) -> Response:
+    return await _transition(request, "release", _release)
+
+
+async def _release(s: Services, voucher: Voucher, order_id: str) -> Response:
+    result, _ = await _db(release(s.pool, voucher.code, order_id))
+    if result is Transition.DONE:
+        if voucher.is_flash:
+            # Also when the database had already ended it: a retry heals a Redis release that
+            # failed after the commit (release is idempotent, and never retakes a use).
+            try:
+                if await s.voucher_store.release(voucher.code, order_id):
+                    s.voucher_flags.clear(voucher.code)
+            except ShardUnavailable as exc:
+                log.warning("release of voucher use %s left to reconciliation: %s", order_id, exc)
+        return json_response({"orderId": order_id, "status": "RELEASED"})
+    if result is Transition.CONFIRMED:
+        raise Conflict("ALREADY_CONFIRMED")
+    raise await _not_stored(s, voucher, order_id)
+
+
+async def _transition(request: Request, action: str, step: Any) -> Response:
+    try:
+        s = _authorized(request)
+        voucher = await _voucher(s, request)
+        response: Response = await step(s, voucher, _order_id(request))
+    except ApiError as error:
+        metrics.VOUCHER_TRANSITIONS.labels(action, error.code.lower()).inc()
+        raise
+    metrics.VOUCHER_TRANSITIONS.labels(action, "done").inc()
+    return response
+
+
+async def _not_stored(s: Services, voucher: Voucher, order_id: str) -> ApiError:
+    """No row for it: a flash use Redis holds is still on its way to the database."""
+    if voucher.is_flash:
+        try:
+            held = await s.voucher_store.holds_order(voucher.code, order_id)
+        except ShardUnavailable:
+            return Unavailable()
+        if held:
+            return Conflict("RESERVATION_PROCESSING", retry_after=1)
+    return NotFound("RESERVATION_NOT_FOUND")
