@@ -277,6 +277,20 @@ async def test_the_same_order_id_50_times_at_once_takes_one_use(
 
 
 @pytest.mark.parametrize("kind", KINDS)
+async def test_a_retry_after_sell_out_still_gets_its_first_answer(
+    kind: str, http: aiohttp.ClientSession
+) -> None:
+    code = await _create(http, kind, 1)
+    winner = _order_id()
+    first = await _reserve(http, code, 7, winner)
+    assert first[0] == 201
+    # A loser sells the voucher out (and, for a flash voucher, raises the local flag) ...
+    assert await _reserve(http, code, 8, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
+    # ... yet the winner's retry is answered as the first time, not OUT_OF_STOCK.
+    assert await _reserve(http, code, 7, winner) == first
+
+
+@pytest.mark.parametrize("kind", KINDS)
 async def test_a_per_customer_limit_of_two(
     kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool
 ) -> None:
