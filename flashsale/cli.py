@@ -132,6 +132,15 @@ def _item(args: argparse.Namespace, cfg: Settings) -> int:
         if shards is None:
             print(f"item {args.item_id} does not exist", file=sys.stderr)
             return 1
+        if args.pause or args.resume:
+            # A paused item answers SALE_NOT_OPEN (within the catalog's refresh interval) and
+            # lets `reconcile --fix` rebuild its shards from the database.
+            await pool.execute(
+                "update flash_sale_item set paused = $2 where id = $1",
+                args.item_id,
+                bool(args.pause),
+            )
+            print(f"item {args.item_id} {'paused' if args.pause else 'resumed'}")
         for state in await router.shard_states(args.item_id, shards):
             print(
                 f"shard {state.shard} on {state.node}: stock {state.stock}, holds "
@@ -286,8 +295,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", type=int, default=600, help="payment window in seconds")
     p.set_defaults(handler=_sale)
 
-    p = sub.add_parser("item", help="show an item's live counters per shard")
+    p = sub.add_parser("item", help="show an item's live counters per shard; pause or resume it")
     p.add_argument("item_id", type=int)
+    toggle = p.add_mutually_exclusive_group()
+    toggle.add_argument("--pause", action="store_true", help="stop selling (for reconcile --fix)")
+    toggle.add_argument("--resume", action="store_true", help="sell again")
     p.set_defaults(handler=_item)
 
     p = sub.add_parser("expiry", help="expire unpaid orders and release their units")
