@@ -20,17 +20,39 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from redis.asyncio import Redis
+import hiredis
+from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.connection import Connection
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, TryAgainError
 
 from .breaker import Breaker
 from .errors import ShardUnavailable
 from .scripts import ALL, Script
 
-_Call = tuple[Script, list[str], list[Any], "asyncio.Future[Any]"]
+# (script, keys, args, future); a plain command is queued with script None and its whole
+# argument list (command name first) in ``args``.
+_Call = tuple[Script | None, list[str], list[Any], "asyncio.Future[Any]"]
 _REDIRECTED = (MovedError, AskError, TryAgainError)
 _REFRESH_EVERY_S = 1.0
+
+
+class HiredisPackedConnection(Connection):
+    """redis-py's asyncio connection packs commands in Python (~15 µs for a reserve call
+    here); its sync client already uses hiredis' C packer, and so do we."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return [_pack(args)]
+
+    def pack_commands(self, commands: Any) -> list[bytes]:
+        return [b"".join(_pack(tuple(cmd)) for cmd in commands)]
+
+
+def _pack(args: tuple[Any, ...]) -> bytes:
+    # Like redis-py: a command name given as "CONFIG GET" goes out as two arguments.
+    if isinstance(args[0], str) and " " in args[0]:
+        args = (*args[0].split(), *args[1:])
+    return bytes(hiredis.pack_command(args))
 
 
 class AutoPipeline:
@@ -51,6 +73,14 @@ class AutoPipeline:
         return str(node.name)
 
     async def call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        """EVALSHA ``script`` on the node owning ``keys``, batched with this tick's calls."""
+        return await self._enqueue(script, keys, args)
+
+    async def command(self, key: str, *command: Any) -> Any:
+        """A plain command on ``key``'s node (e.g. an outbox HDEL), batched the same way."""
+        return await self._enqueue(None, [key], list(command))
+
+    async def _enqueue(self, script: Script | None, keys: list[str], args: list[Any]) -> Any:
         node = self.node_of(keys[0])
         if not self._breaker.allow(node):
             raise ShardUnavailable(node, "circuit open")
@@ -71,12 +101,15 @@ class AutoPipeline:
         client = self._node_clients.get(node)
         if client is None:
             host, port = node.rsplit(":", 1)
-            client = Redis(
+            timeout = max(self._timeout_s * 4, 1)
+            pool = ConnectionPool(
+                connection_class=HiredisPackedConnection,
                 host=host,
                 port=int(port),
-                socket_timeout=max(self._timeout_s * 4, 1),
-                socket_connect_timeout=max(self._timeout_s * 4, 1),
+                socket_timeout=timeout,
+                socket_connect_timeout=timeout,
             )
+            client = Redis.from_pool(pool)  # the client owns (and closes) its pool
             self._node_clients[node] = client
         return client
 
@@ -94,7 +127,10 @@ class AutoPipeline:
     async def _send(self, node: str, calls: list[_Call]) -> None:
         pipe = self._node_client(node).pipeline(transaction=False)
         for script, keys, args, _ in calls:
-            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            if script is None:
+                pipe.execute_command(*args)
+            else:
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         execution = asyncio.ensure_future(pipe.execute(raise_on_error=False))
         # asyncio.wait, not wait_for: past the deadline the call is abandoned, never awaited.
         done, _ = await asyncio.wait({execution}, timeout=self._timeout_s)
@@ -116,7 +152,12 @@ class AutoPipeline:
         for (script, keys, args, future), result in zip(calls, execution.result(), strict=True):
             if future.done():
                 continue  # the caller gave up at its deadline
-            if isinstance(result, NoScriptError):
+            if script is None:
+                if isinstance(result, Exception):
+                    future.set_exception(ShardUnavailable(node, str(result)))
+                else:
+                    future.set_result(result)
+            elif isinstance(result, NoScriptError):
                 # A restarted or failed-over node lost its script cache: EVAL loads it again.
                 self._spawn(self._via_cluster("EVAL", script.source, keys, args, future))
             elif isinstance(result, _REDIRECTED):

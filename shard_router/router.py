@@ -191,9 +191,8 @@ class ShardRouter:
 
     async def ack_outbox(self, item_id: int, unit_shard: int, order_ids: list[str]) -> None:
         """Kafka acknowledged these orders: drop them from the shard's outbox."""
-        await self._with_deadline(
-            self.client.hdel(shard_keys(item_id, unit_shard).outbox, *order_ids)
-        )
+        key = shard_keys(item_id, unit_shard).outbox
+        await self.pipeline.command(key, "HDEL", key, *order_ids)
 
     async def units_left(self, item_id: int, shards: int) -> int:
         """Units left over every shard of the item (one pipelined GET per shard)."""
