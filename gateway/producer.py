@@ -11,6 +11,7 @@ Outcomes a caller must tell apart:
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 from typing import Any
 
@@ -44,6 +45,11 @@ class OrderProducer:
                 "compression.type": "lz4",
             }
         )
+        # Delivery reports reach the event loop in batches: one thread-safe wake-up (a write to
+        # the loop's self-pipe) per batch of reports, not one per message.
+        self._reports: collections.deque[tuple[asyncio.Future[None], Any]] = collections.deque()
+        self._wakeup_pending = False
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._running = True
         self._poller = threading.Thread(target=self._poll, name="kafka-delivery", daemon=True)
         self._poller.start()
@@ -52,12 +58,25 @@ class OrderProducer:
         while self._running:
             self._producer.poll(0.05)
 
+    def _report(self, future: asyncio.Future[None], err: Any) -> None:
+        """Called on the poller thread for each delivery report."""
+        self._reports.append((future, err))
+        if not self._wakeup_pending and self._loop is not None:
+            self._wakeup_pending = True  # at worst a race costs one extra wake-up
+            self._loop.call_soon_threadsafe(self._settle_reports)
+
+    def _settle_reports(self) -> None:
+        self._wakeup_pending = False  # first, so a report appended meanwhile wakes us again
+        while self._reports:
+            _settle(*self._reports.popleft())
+
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         loop = asyncio.get_running_loop()
+        self._loop = loop
         future: asyncio.Future[None] = loop.create_future()
 
         def delivered(err: Any, _msg: Any) -> None:
-            loop.call_soon_threadsafe(_settle, future, err)
+            self._report(future, err)
 
         try:
             self._producer.produce(topic, value, key, on_delivery=delivered)
