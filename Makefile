@@ -23,7 +23,7 @@ test: stack lint
 	@$(PY) -m pytest
 
 bench: stack
-	@$(PY) -m flashsale bench
+	@$(PY) -m loadtest.bench
 
 status:
 	@$(PY) -m flashsale stack status

@@ -1,64 +1,112 @@
-"""``python -m loadtest.bench``: measure the purchase path side by side with its baselines, in one
-run, and rewrite ``bench.md`` from the results (raw: ``loadtest/reports/bench-results.json``).
+"""``python -m loadtest.bench``: measure the purchase path and the pipeline behind it side by side
+with their baselines, and rewrite ``bench.md`` (raw: ``loadtest/reports/bench-results.json``).
 
-Phase 1, closed loop (wrk), every repeat: (a) sold-out path on the gateway, a bare ASGI app and
-nginx; (b) reserve path on the gateway and the naive gateway; (c) the reserve script on one Redis
-core, unpipelined and pipelined. Phase 2, open loop, every repeat: (a) and (b) again at a fixed
-offered rate, a quarter of the slowest subject's median closed-loop rate unless given.
+Sections (``--only`` runs a subset; the others keep their latest results):
+closed (sold-out / reserve path vs baselines, wrk), redis (redis-benchmark), open (latency at
+fixed fractions of the gateway's maximum), scaling (1 vs 2 gateway processes), spike (a whole
+sale, first purchase to last order committed), writer (batch 1 / 100 / 1,000), techniques
+(anti-oversell techniques on one contended item), vouchers (flash vs ordinary), loadgen (one
+Locust worker's and the open-loop generator's ceiling). ``python -m loadtest.plan`` sizes a fleet
+from the results.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shlex
 import shutil
 import signal
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any
 
-from flashsale.config import PROJECT_ROOT, settings
+from flashsale.config import Settings, settings
 
-from . import machine, redisbench, report, tokens
+from . import (
+    fullspike,
+    loadgen,
+    machine,
+    phases,
+    redisbench,
+    report,
+    servers,
+    techniques,
+    tokens,
+    voucherbench,
+    writerbench,
+)
+from . import results as store
 from .harness import GATEWAY_ENV, Harness, Options
 from .sale import RESERVE_SHARDS, RESERVE_STOCK
-from .stats import figure, select
 
-SOLD_OUT_SUBJECTS = ("gateway", "bare_asgi", "nginx")
-RESERVE_SUBJECTS = ("gateway", "naive")
-PIPELINES = (1, 16)
-OPEN_LOOP_CAP = 4_000.0  # what the Python open-loop generator offers steadily on one core
-OPEN_LOOP_SHARE = 0.25  # of the slowest subject's closed-loop rate: loaded, not saturated
-REPORTS = PROJECT_ROOT / "loadtest" / "reports"
-T = TypeVar("T")
-
-
-def rotate(items: Sequence[T], by: int) -> list[T]:
-    """The run order of a repeat: rotated each time, so drift does not always hit one subject."""
-    by %= len(items)
-    return [*items[by:], *items[:by]]
+SECTIONS = (
+    "closed",
+    "redis",
+    "open",
+    "scaling",
+    "spike",
+    "writer",
+    "techniques",
+    "vouchers",
+    "loadgen",
+)
+REPORTS = store.RESULTS_PATH.parent
+TOOLS = {
+    "closed": ("wrk", "taskset", "nginx"),
+    "redis": ("taskset", "redis-benchmark", "redis-server"),
+    "open": ("taskset", "nginx"),
+    "scaling": ("wrk", "taskset"),
+    "spike": ("wrk", "taskset"),
+    "techniques": ("taskset",),
+    "loadgen": ("taskset", "nginx"),
+}
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m loadtest.bench", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m loadtest.bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--only", help=f"sections, comma separated: {','.join(SECTIONS)}")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per run (default 10)")
     p.add_argument("--repeats", type=int, default=3, help="repeats of every run (default 3)")
-    p.add_argument("--quick", action="store_true", help="a smoke run: 3 s runs, 1 repeat")
+    p.add_argument(
+        "--quick", action="store_true", help="a smoke run: 3 s runs, 1 repeat, smaller sale"
+    )
     p.add_argument("--soldout-connections", type=int, default=64)
     p.add_argument("--reserve-connections", type=int, default=128)
     p.add_argument("--open-connections", type=int, default=256)
-    p.add_argument("--soldout-rate", type=float, help="open-loop offered rate, sold-out path")
-    p.add_argument("--reserve-rate", type=float, help="open-loop offered rate, reserve path")
-    p.add_argument("--skip-open-loop", action="store_true", help="closed loop and Redis only")
+    p.add_argument("--open-fractions", default="0.5,0.9", help="of the gateway's closed-loop max")
+    p.add_argument("--soldout-max", type=float, help="req/s to take the fractions of (sold-out)")
+    p.add_argument("--reserve-max", type=float, help="req/s to take the fractions of (reserve)")
+    p.add_argument("--spike-units", type=int, default=10_000)
+    p.add_argument("--spike-buyers", type=int, default=200_000)
+    p.add_argument("--spike-shards", type=int, default=8)
+    p.add_argument("--spike-connections", type=int, default=256)
+    p.add_argument("--writer-orders", type=int, default=20_000)
+    p.add_argument("--writer-orders-at-1", type=int, default=2_000)
+    p.add_argument("--technique-clients", default="1,8,64")
+    p.add_argument("--technique-attempts", type=int, default=techniques.ATTEMPTS)
+    p.add_argument("--technique-units", type=int, default=techniques.UNITS)
     p.add_argument("--output", type=Path, default=report.BENCH_MD, help="the report to rewrite")
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.repeats = 3.0, 1
+        args.spike_units, args.spike_buyers = 2_000, 40_000
+        args.writer_orders, args.writer_orders_at_1 = 5_000, 500
+        args.technique_attempts = 2_000
+    args.sections = [s for s in (args.only or ",".join(SECTIONS)).split(",") if s]
+    unknown = set(args.sections) - set(SECTIONS)
+    if unknown:
+        p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    args.fractions = [float(f) for f in args.open_fractions.split(",") if f]
+    args.clients = [int(c) for c in args.technique_clients.split(",") if c]
     return args
 
 
@@ -75,114 +123,181 @@ def options(args: argparse.Namespace) -> Options:
     )
 
 
-def preflight() -> None:
-    missing = [
-        t
-        for t in ("wrk", "taskset", "nginx", "redis-benchmark", "redis-server")
-        if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()
-    ]
+def preflight(sections: Sequence[str]) -> None:
+    wanted = {t for s in sections for t in TOOLS.get(s, ())}
+    missing = sorted(
+        t for t in wanted if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()
+    )
     if missing:
         raise SystemExit(f"missing tools: {', '.join(missing)}")
-    if (machine.describe()["nproc"]) < 2:
+    if machine.describe()["nproc"] < 2:
         raise SystemExit("needs 2 cores: the server on core 0, the load generator on core 1")
 
 
-def step(
-    h: Harness, label: str, where: tuple[str, str, str, int], run: Callable[..., Any], *args: Any
-) -> None:
-    """One run, with a progress line; a run that fails is recorded as failed, and the rest go on
-    (the gateway is being edited by others while this runs)."""
-    print(f"  {label} ...", end="", flush=True)
-    started = time.monotonic()
-    try:
-        result: dict[str, Any] = run(*args)
-    except Exception as exc:  # noqa: BLE001 - record it, keep measuring the others
-        print(f" FAILED: {exc}", flush=True)
-        h.record(*where, {}, [f"run failed: {str(exc)[:300]}"])
-        return
-    m = result["metrics"]
-    if "rps" in m:
-        figures = f"{m['rps']:,.0f} req/s, p99 {m['p99_ms']:.2f} ms"
-    elif "achieved_rps" in m:
-        figures = f"{m['achieved_rps']:,.0f} req/s, p99 {m['p99_ms']:.2f} ms"
-    else:
-        figures = f"{m['ops_per_s']:,.0f} EVALSHA/s, p99 {m['p99_ms']:.2f} ms"
-    if "cpu_us_per_req" in m:
-        figures += f", server {m['cpu_us_per_req']:.0f} CPU µs/req, {m['server_busy']:.0%} busy"
-    flag = "" if not result["problems"] else "  CHECK FAILED: " + "; ".join(result["problems"])
-    print(f" {figures} ({time.monotonic() - started:.0f} s){flag}", flush=True)
+@dataclass
+class Context:
+    args: argparse.Namespace
+    cfg: Settings
+    opts: Options
+    workdir: Path
+    log_dir: Path
+    results: store.Results
+    _harness: Harness | None = field(default=None)
+
+    def harness(self, with_sale: bool = True) -> Harness:
+        """The HTTP sections' harness, made on first use, and its sale, made on first need (a
+        failed set-up raises, and is tried again by the next section that needs it)."""
+        if self._harness is None:
+            self._harness = Harness(self.cfg, self.opts, self.workdir, self.log_dir)
+        h = self._harness
+        if with_sale and h.bench_sale is None:
+            print(f"set-up: sale through a gateway on :{h.ports['gateway']}", flush=True)
+            made = h.set_up_sale()
+            print(f"  sale {made.sale_id}, items {[i.item_id for i in made.items]}", flush=True)
+        return h
+
+    def close(self) -> None:
+        if self._harness is not None:
+            self._harness.close()
 
 
-def closed_phase(h: Harness, repeats: int) -> None:
-    for r in range(repeats):
-        print(f"[closed loop] repeat {r + 1}/{repeats}", flush=True)
-        for subject in rotate(SOLD_OUT_SUBJECTS, r):
-            where = ("closed", "sold_out", subject, r)
-            step(h, f"(a) sold-out  {subject:<9}", where, h.closed_sold_out, subject, r)
-        for subject in rotate(RESERVE_SUBJECTS, r):
-            where = ("closed", "reserve", subject, r)
-            step(h, f"(b) reserve   {subject:<9}", where, h.closed_reserve, subject, r)
-        port = redisbench.stack_primary(_ports(h))
-        stack = redisbench.Node(f"cluster node :{port} (stack)", port, cluster=True)
-        with h.standalone_redis() as standalone:
-            for node in rotate([stack, standalone], r):
-                for pipeline in rotate(PIPELINES, r):
-                    label = f"(c) redis -P {pipeline:<2} {node.name}"
-                    where = ("redis", "redis", f"{node.name}|{pipeline}", r)
-                    step(h, label, where, h.redis, node, pipeline, r)
+def _http_settings(ctx: Context) -> dict[str, Any]:
+    o = ctx.opts
+    return {
+        "duration_s": o.duration_s,
+        "repeats": ctx.args.repeats,
+        "warmup_s": o.warmup_s,
+        "server_core": o.server_core,
+        "load_core": o.load_core,
+        "all_cores": o.all_cores,
+        "soldout_connections": o.soldout_connections,
+        "reserve_connections": o.reserve_connections,
+        "reserve_stock": RESERVE_STOCK,
+        "reserve_shards": RESERVE_SHARDS,
+        "gateway_env": GATEWAY_ENV,
+    }
 
 
-def _ports(h: Harness) -> list[int]:
-    return [int(node.rsplit(":", 1)[1]) for node in h.cfg.redis_nodes]
+def run_closed(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    phases.closed(ctx.harness(), rec, ctx.args.repeats)
+    return _http_settings(ctx)
 
 
-def open_rates(
-    args: argparse.Namespace, runs: list[dict[str, Any]]
-) -> tuple[dict[str, float], dict[str, str]]:
-    """Offered rates: as given, else a quarter of the slowest subject's median closed-loop rate."""
-    rates: dict[str, float] = {}
-    basis: dict[str, str] = {}
-    for scenario, subjects, given in (
-        ("sold_out", SOLD_OUT_SUBJECTS, args.soldout_rate),
-        ("reserve", RESERVE_SUBJECTS, args.reserve_rate),
-    ):
-        if given:
-            rates[scenario], basis[scenario] = given, "set on the command line"
-            continue
-        medians = [
-            f.median for s in subjects if (f := figure(select(runs, "closed", scenario, s), "rps"))
-        ]
-        if not medians:
-            continue
-        rate = _round(min(medians) * OPEN_LOOP_SHARE)
-        basis[scenario] = f"{OPEN_LOOP_SHARE:.0%} of the slowest subject's median closed-loop req/s"
-        if rate > OPEN_LOOP_CAP:
-            rate, basis[scenario] = OPEN_LOOP_CAP, "the open-loop generator's steady ceiling"
-        rates[scenario] = rate
-    return rates, basis
+def run_redis(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    nodes = phases.redis(ctx.harness(with_sale=False), rec, ctx.args.repeats)
+    o = ctx.opts
+    return {
+        "repeats": ctx.args.repeats,
+        "redis_clients": o.redis_clients,
+        "redis_calls": o.redis_calls,
+        "redis_random_range": redisbench.RANDOM_RANGE,
+        "redis_nodes": nodes,
+        "load_core": o.load_core,
+    }
 
 
-def _round(value: float) -> float:
-    """Two significant digits: 3342 -> 3300."""
-    if value < 10:
-        return max(1.0, round(value))
-    digits = len(str(int(value))) - 2
-    return float(round(value, -digits))
+def run_open(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    args = ctx.args
+    closed = store.runs_of(ctx.results, "closed")
+    maxima: dict[str, float] = {}
+    basis = []
+    for scenario, given in (("sold_out", args.soldout_max), ("reserve", args.reserve_max)):
+        found = given or phases.gateway_max(closed, scenario)
+        if found:
+            maxima[scenario] = found
+    if args.soldout_max or args.reserve_max:
+        basis.append("maxima set on the command line")
+    if closed:
+        basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
+    rates = phases.open_rates(maxima, args.fractions)
+    if not rates:
+        print("[open loop] skipped: no closed-loop maximum (run the closed section first)")
+    phases.open_loop(ctx.harness(), rec, args.repeats, rates)
+    return {
+        **_http_settings(ctx),
+        "open_connections": ctx.opts.open_connections,
+        "open_warmup_s": ctx.opts.open_warmup_s,
+        "fractions": args.fractions,
+        "open_rates": rates,
+        "max_basis": "; ".join(basis) or "none",
+    }
 
 
-def open_phase(h: Harness, repeats: int, rates: dict[str, float]) -> None:
-    for r in range(repeats):
-        print(f"[open loop] repeat {r + 1}/{repeats}", flush=True)
-        if "sold_out" in rates:
-            for subject in rotate(SOLD_OUT_SUBJECTS, r):
-                label = f"(a) sold-out  {subject:<9} at {rates['sold_out']:,.0f}/s"
-                where = ("open", "sold_out", subject, r)
-                step(h, label, where, h.open_sold_out, subject, r, rates["sold_out"])
-        if "reserve" in rates:
-            for subject in rotate(RESERVE_SUBJECTS, r):
-                label = f"(b) reserve   {subject:<9} at {rates['reserve']:,.0f}/s"
-                where = ("open", "reserve", subject, r)
-                step(h, label, where, h.open_reserve, subject, r, rates["reserve"])
+def run_scaling(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    phases.scaling(ctx.harness(), rec, ctx.args.repeats)
+    return {**_http_settings(ctx), "workers": list(phases.SCALING_WORKERS)}
+
+
+def run_spike(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    a, o = ctx.args, ctx.opts
+    plan = fullspike.Plan(
+        units=a.spike_units,
+        shards=a.spike_shards,
+        buyers=a.spike_buyers,
+        connections=a.spike_connections,
+        server_core=o.server_core,
+        load_core=o.load_core,
+        writer_cores=o.all_cores,
+        timeout_s=max(120.0, a.spike_buyers / 500),
+    )
+    buyers = tokens.BuyerIds()
+    for r in range(a.repeats):
+        print(f"[spike] repeat {r + 1}/{a.repeats}", flush=True)
+        rec.step(
+            f"{plan.buyers:,} buyers for {plan.units:,} units",
+            ("spike", "gateway", r),
+            partial(fullspike.run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, buyers),
+            _spike_summary,
+        )
+    return {**fullspike.settings(plan), "repeats": a.repeats}
+
+
+def _spike_summary(m: dict[str, Any]) -> str:
+    last = m.get("first_purchase_to_last_commit_s")
+    drained = f"{last:.2f} s first purchase → last commit" if last else "writer did not drain"
+    sellout = m["sellout_s"] or 0.0
+    return (
+        f"{m['rps']:,.0f} req/s, p99 {m['p99_ms']:.1f} ms, sold out in {sellout:.2f} s, {drained}"
+    )
+
+
+def run_writer(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    a = ctx.args
+    about = writerbench.run(rec, a.repeats, a.writer_orders, a.writer_orders_at_1)
+    return {**about, "repeats": a.repeats}
+
+
+def run_techniques(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    a = ctx.args
+    about = techniques.run(
+        rec, a.repeats, a.clients, a.technique_attempts, a.technique_units, ctx.opts.load_core
+    )
+    return {**about, "repeats": a.repeats}
+
+
+def run_vouchers(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    return {**voucherbench.run(rec, ctx.args.repeats), "repeats": ctx.args.repeats}
+
+
+def run_loadgen(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
+    o = ctx.opts
+    port = servers.free_port(set())
+    cores = (o.server_core, o.load_core)
+    about = loadgen.run(rec, ctx.args.repeats, o.duration_s, port, cores, ctx.workdir, ctx.log_dir)
+    return {**about, "repeats": ctx.args.repeats}
+
+
+RUNNERS: dict[str, Callable[[Context, store.Recorder], dict[str, Any]]] = {
+    "closed": run_closed,
+    "redis": run_redis,
+    "open": run_open,
+    "scaling": run_scaling,
+    "spike": run_spike,
+    "writer": run_writer,
+    "techniques": run_techniques,
+    "vouchers": run_vouchers,
+    "loadgen": run_loadgen,
+}
 
 
 def _stop_on_sigterm() -> None:
@@ -195,67 +310,39 @@ def _stop_on_sigterm() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse(raw)
-    preflight()
+    preflight(args.sections)
     _stop_on_sigterm()
     cfg = settings()
     tokens.check(cfg)
-    opts = options(args)
-    started = dt.datetime.now(dt.UTC)
-    about = machine.describe()
+    command = shlex.join([".venv/bin/python", "-m", "loadtest.bench", *raw])
     log_dir = REPORTS / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="loadtest-"))
-    h = Harness(cfg, opts, workdir, log_dir)
-    rates: dict[str, float] = {}
-    basis: dict[str, str] = {}
+    ctx = Context(args, cfg, options(args), workdir, log_dir, store.load())
+    print(f"sections: {', '.join(args.sections)} (logs in {log_dir})", flush=True)
     try:
-        print(f"set-up: sale through a gateway on :{h.ports['gateway']} (logs in {log_dir})")
-        bench_sale = h.set_up_sale()
-        print(f"  sale {bench_sale.sale_id}, items {[i.item_id for i in bench_sale.items]}")
-        closed_phase(h, args.repeats)
-        if not args.skip_open_loop:
-            rates, basis = open_rates(args, h.runs)
-            open_phase(h, args.repeats, rates)
+        for name in args.sections:
+            rec = store.Recorder(name)
+            begun = store.begin()
+            try:
+                about = RUNNERS[name](ctx, rec)
+            except Exception as exc:  # noqa: BLE001 - one section failing leaves the others to run
+                print(f"  ✗ {name} failed, its previous results kept: {exc}", flush=True)
+                continue
+            if rec.runs and all(r["problems"] and not r["metrics"] for r in rec.runs):
+                print(f"  ✗ every run of {name} failed: its previous results kept", flush=True)
+                continue
+            store.put(ctx.results, name, store.section(command, begun, about, rec.runs))
+            store.save(ctx.results)
+            report.write(ctx.results, args.output)
+            print(f"  → {name} stored; {args.output} rewritten", flush=True)
     except KeyboardInterrupt:
-        print("\ninterrupted: servers stopped; bench.md left as it was", file=sys.stderr)
+        print("\ninterrupted: servers stopped; finished sections kept", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
-        h.close()
+        ctx.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    about["loadavg_end"] = machine.loadavg()
-    results = {
-        "command": shlex.join([".venv/bin/python", "-m", "loadtest.bench", *raw]),
-        "started_at": started.strftime("%Y-%m-%d %H:%M:%S"),
-        "finished_at": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M:%S"),
-        "machine": about,
-        "versions": machine.versions(),
-        "settings": {
-            "duration_s": opts.duration_s,
-            "repeats": args.repeats,
-            "warmup_s": opts.warmup_s,
-            "server_core": opts.server_core,
-            "load_core": opts.load_core,
-            "soldout_connections": opts.soldout_connections,
-            "reserve_connections": opts.reserve_connections,
-            "open_connections": opts.open_connections,
-            "open_warmup_s": opts.open_warmup_s,
-            "open_rates": rates,
-            "open_rate_basis": basis,
-            "reserve_stock": RESERVE_STOCK,
-            "reserve_shards": RESERVE_SHARDS,
-            "redis_clients": opts.redis_clients,
-            "redis_calls": opts.redis_calls,
-            "redis_random_range": redisbench.RANDOM_RANGE,
-            "redis_nodes": sorted(
-                {r["subject"].rsplit("|", 1)[0] for r in h.runs if r["phase"] == "redis"}
-            ),
-            "gateway_env": GATEWAY_ENV,
-            "sale_id": bench_sale.sale_id,
-        },
-        "runs": h.runs,
-    }
-    report.write(results, report.RESULTS_PATH, args.output)
-    print(f"wrote {args.output} and {report.RESULTS_PATH}")
+    print(f"wrote {args.output} and {store.RESULTS_PATH}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,9 @@
 """One measured run per call: start the subject's server pinned, load it, check what it answered,
-stop it, record the figures. ``loadtest.bench`` decides which runs, in which order."""
+stop it, return ``(metrics, problems)``. ``loadtest.phases`` decides which runs, in which order.
+
+With ``workers=1`` the server runs on the server core and the load on the load core. With more
+workers the server gets every core and so does wrk (one thread per worker): the load generator
+competes with the server, as it does on any 2-core machine, and the figures say how much."""
 
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from redis import Redis
 from flashsale.config import Settings
 
 from . import machine, redisbench, sale, servers, tokens, wrk
+
+Measured = tuple[dict[str, Any], list[str]]
 
 GATEWAY_ENV = {
     "FLASHSALE_IP_RATE_PER_S": "100000000",
@@ -40,6 +46,7 @@ class Options:
     redis_calls: dict[int, int]
     server_core: int = 0
     load_core: int = 1
+    all_cores: str = "0,1"
 
 
 @dataclass
@@ -49,14 +56,18 @@ class CpuMeter:
     session: int
     cpu_s: float = 0.0
     wall_s: float = 0.0
+    machine_s: float = 0.0  # every core's busy time, the server's included
 
     def figures(self, requests: int, busy_s: float | None = None) -> dict[str, float]:
         """Per request over ``requests``; busy share over ``busy_s`` (default: the wall time)."""
         wall_s = busy_s or self.wall_s
+        per_req = 1e6 / requests if requests else 0.0
         return {
             "server_cpu_s": self.cpu_s,
             "server_busy": self.cpu_s / wall_s if wall_s else 0.0,
-            "cpu_us_per_req": self.cpu_s / requests * 1e6 if requests else 0.0,
+            "cpu_us_per_req": self.cpu_s * per_req,
+            "machine_busy_cores": self.machine_s / self.wall_s if self.wall_s else 0.0,
+            "machine_cpu_us_per_req": self.machine_s * per_req,
         }
 
 
@@ -68,10 +79,11 @@ class Served:
     @contextmanager
     def cpu(self) -> Iterator[CpuMeter]:
         meter = CpuMeter(self.pid)
-        cpu, wall = servers.cpu_seconds(self.pid), time.monotonic()
+        cpu, wall, busy = servers.cpu_seconds(self.pid), time.monotonic(), machine.cpu_busy_s()
         yield meter
         meter.cpu_s = servers.cpu_seconds(self.pid) - cpu
         meter.wall_s = time.monotonic() - wall
+        meter.machine_s = machine.cpu_busy_s() - busy
 
 
 @dataclass
@@ -81,7 +93,6 @@ class Harness:
     workdir: Path
     log_dir: Path
     ports: dict[str, int] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)
     buyers: tokens.BuyerIds = field(default_factory=tokens.BuyerIds)
     bench_sale: sale.BenchSale | None = None
     shards: sale.Shards | None = None
@@ -97,11 +108,17 @@ class Harness:
     def base(self, subject: str) -> str:
         return f"http://127.0.0.1:{self.ports[subject]}"
 
+    def cores(self, workers: int) -> tuple[int | str, int | str]:
+        """(server cores, load cores): apart for one worker, shared for more."""
+        if workers == 1:
+            return self.opts.server_core, self.opts.load_core
+        return self.opts.all_cores, self.opts.all_cores
+
     @contextmanager
-    def server(self, subject: str) -> Iterator[Served]:
-        port, base, core = self.ports[subject], self.base(subject), self.opts.server_core
+    def server(self, subject: str, workers: int = 1) -> Iterator[Served]:
+        port, base, core = self.ports[subject], self.base(subject), self.cores(workers)[0]
         if subject == "gateway":
-            argv = servers.gateway_argv(port)
+            argv = servers.gateway_argv(port, workers)
             ready = servers.http_ready(f"{base}/readyz", 200)
             env = {**GATEWAY_ENV, "FLASHSALE_GATEWAY_PORT": str(port)}
         elif subject == "bare_asgi":
@@ -123,11 +140,15 @@ class Harness:
         """Create the benchmark's sale through a gateway and sell the sold-out item's one unit."""
         with self.server("gateway") as served:
             base = served.base
-            self.bench_sale = sale.create(base, hours=2)
-            status = sale.purchase(base, self.bench_sale.sold_out, self._token())
+            made = sale.create(base, hours=2)
+            status = sale.purchase(base, made.sold_out, self._token())
             if status != 202:
+                assert self.shards is not None
+                for item in made.items:
+                    self.shards.drop(item)
                 raise RuntimeError(f"buying the sold-out item's only unit answered {status}")
-        return self.bench_sale
+        self.bench_sale = made
+        return made
 
     def _token(self) -> bytes:
         return next(tokens.signed(self.cfg, self.buyers.take(1)))
@@ -137,35 +158,46 @@ class Harness:
 
     # --- scenarios -------------------------------------------------------------------------
 
-    def closed_sold_out(self, subject: str, repeat: int) -> dict[str, Any]:
+    def closed_sold_out(self, subject: str, workers: int = 1) -> Measured:
         s = self._sale()
         o = self.opts
-        with self.server(subject) as served:
+        load_core = self.cores(workers)[1]
+        with self.server(subject, workers) as served:
             base = served.base
-            problems = self._flag_sold_out(subject, base)
+            problems = self._flag_sold_out(subject, base, workers)
             url = base + s.sold_out.path
-            wrk.run(url, o.warmup_s, o.soldout_connections, o.load_core)
+            wrk.run(url, o.warmup_s, o.soldout_connections, load_core, threads=workers)
             before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
             with served.cpu() as cpu:
-                result = wrk.run(url, o.duration_s, o.soldout_connections, o.load_core)
-            metrics: dict[str, Any] = {**result.as_dict(), **cpu.figures(result.requests)}
-            if subject == "gateway":
+                result = wrk.run(
+                    url, o.duration_s, o.soldout_connections, load_core, threads=workers
+                )
+            metrics: dict[str, Any] = {**_wrk_figures(result), **cpu.figures(result.requests)}
+            metrics["workers"] = workers
+            if subject == "gateway" and workers == 1:
+                # /metrics is per process: with more workers it shows one worker's count only.
                 metrics["flag_hits"] = sale.metric(base, "sold_out_flag") - before
                 if metrics["flag_hits"] < result.requests:
                     hits = metrics["flag_hits"]
                     problems.append(f"{hits:.0f} of {result.requests} answered from the flag")
-            problems += _probe(base + s.sold_out.path, 410, "after the run")
+            problems += _probe(base + s.sold_out.path, 410, "after the run", 2 * workers)
         problems += _wrk_problems(result, expect_2xx=False)
-        return self.record("closed", "sold_out", subject, repeat, metrics, problems)
+        return metrics, problems
 
-    def closed_reserve(self, subject: str, repeat: int) -> dict[str, Any]:
+    def closed_reserve(self, subject: str, workers: int = 1) -> Measured:
         item = self._item(subject)
         o = self.opts
-        with self.server(subject) as served:
+        load_core = self.cores(workers)[1]
+        with self.server(subject, workers) as served:
             url = served.base + item.path
             warm_file = self._token_file("warmup", WARMUP_TOKENS)
             warm = wrk.run(
-                url, o.warmup_s, o.reserve_connections, o.load_core, (warm_file, 0, WARMUP_TOKENS)
+                url,
+                o.warmup_s,
+                o.reserve_connections,
+                load_core,
+                (warm_file, 0, WARMUP_TOKENS),
+                threads=workers,
             )
             # Enough fresh buyers for 1.5x the warm-up's pace, so no token is used twice.
             count = int(warm.rps * o.duration_s * 1.5) + 5_000
@@ -173,9 +205,15 @@ class Harness:
             before = self._reserved(item)
             with served.cpu() as cpu:
                 result = wrk.run(
-                    url, o.duration_s, o.reserve_connections, o.load_core, (token_file, 0, count)
+                    url,
+                    o.duration_s,
+                    o.reserve_connections,
+                    load_core,
+                    (token_file, 0, count),
+                    threads=workers,
                 )
-        metrics: dict[str, Any] = {**result.as_dict(), **cpu.figures(result.requests)}
+        metrics: dict[str, Any] = {**_wrk_figures(result), **cpu.figures(result.requests)}
+        metrics["workers"] = workers
         metrics["tokens"] = count
         metrics["reserved"] = self._reserved(item) - before
         problems = _wrk_problems(result, expect_2xx=True)
@@ -184,13 +222,13 @@ class Harness:
         if metrics["reserved"] < result.requests - result.non_2xx:
             problems.append(f"{metrics['reserved']} reserved in Redis for {result.requests} 202s")
         self._clear(item)
-        return self.record("closed", "reserve", subject, repeat, metrics, problems)
+        return metrics, problems
 
-    def open_sold_out(self, subject: str, repeat: int, rate: float) -> dict[str, Any]:
+    def open_sold_out(self, subject: str, rate: float) -> Measured:
         s = self._sale()
         with self.server(subject) as served:
             base = served.base
-            problems = self._flag_sold_out(subject, base)
+            problems = self._flag_sold_out(subject, base, 1)
             before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
             with served.cpu() as cpu:
                 metrics = self._open_loop(base + s.sold_out.path, rate, None)
@@ -200,9 +238,9 @@ class Harness:
                 if metrics["flag_hits"] < metrics["answered_total"]:
                     problems.append("not every request was answered from the flag")
         problems += _open_problems(metrics, "410")
-        return self.record("open", "sold_out", subject, repeat, metrics, problems)
+        return metrics, problems
 
-    def open_reserve(self, subject: str, repeat: int, rate: float) -> dict[str, Any]:
+    def open_reserve(self, subject: str, rate: float) -> Measured:
         item = self._item(subject)
         count = int(rate * (self.opts.open_warmup_s + self.opts.duration_s)) + 1
         with self.server(subject) as served:
@@ -214,17 +252,15 @@ class Harness:
         metrics["reserved"] = self._reserved(item) - before
         problems = _open_problems(metrics, "202")
         self._clear(item)
-        return self.record("open", "reserve", subject, repeat, metrics, problems)
+        return metrics, problems
 
-    def redis(self, node: redisbench.Node, pipeline: int, repeat: int) -> dict[str, Any]:
+    def redis(self, node: redisbench.Node, pipeline: int) -> Measured:
         calls = self.opts.redis_calls[pipeline]
         result = redisbench.run(node, pipeline, calls, self.opts.redis_clients, self.opts.load_core)
         problems = []
         if result.reserved < calls * 0.99:
             problems.append(f"only {result.reserved} of {calls} calls reserved")
-        return self.record(
-            "redis", "redis", f"{node.name}|{pipeline}", repeat, result.as_dict(), problems
-        )
+        return result.as_dict(), problems
 
     @contextmanager
     def standalone_redis(self) -> Iterator[redisbench.Node]:
@@ -263,14 +299,16 @@ class Harness:
         assert self.shards is not None
         self.shards.clear_holds(item)
 
-    def _flag_sold_out(self, subject: str, base: str) -> list[str]:
-        """A fresh gateway learns the item is sold out from one purchase that reaches Redis."""
+    def _flag_sold_out(self, subject: str, base: str, workers: int) -> list[str]:
+        """A fresh gateway learns the item is sold out from a purchase that reaches Redis (and
+        tells its other workers); a few purchases, so every worker has been told or has asked."""
         s = self._sale()
         if subject == "gateway":
-            status = sale.purchase(base, s.sold_out, self._token())
-            if status != 410:
-                return [f"the flagging purchase answered {status}, not 410"]
-        return _probe(base + s.sold_out.path, 410, "before the run")
+            for _ in range(2 * workers - 1):
+                status = sale.purchase(base, s.sold_out, self._token())
+                if status != 410:
+                    return [f"the flagging purchase answered {status}, not 410"]
+        return _probe(base + s.sold_out.path, 410, "before the run", 2 * workers)
 
     def _open_loop(self, url: str, rate: float, token_file: Path | None) -> dict[str, Any]:
         o = self.opts
@@ -303,28 +341,6 @@ class Harness:
                 return summary
         raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
 
-    def record(
-        self,
-        phase: str,
-        scenario: str,
-        subject: str,
-        repeat: int,
-        metrics: dict[str, Any],
-        problems: list[str],
-    ) -> dict[str, Any]:
-        run = {
-            "phase": phase,
-            "scenario": scenario,
-            "subject": subject,
-            "repeat": repeat,
-            "at": time.strftime("%H:%M:%S"),
-            "loadavg_1m": machine.loadavg(),
-            "metrics": metrics,
-            "problems": problems,
-        }
-        self.runs.append(run)
-        return run
-
     def close(self) -> None:
         """Delete every key of the benchmark's items (the stack's Redis is shared)."""
         if self.shards is None:
@@ -336,9 +352,21 @@ class Harness:
         self.shards = None
 
 
-def _probe(url: str, expected: int, when: str) -> list[str]:
-    status = httpx.post(url, timeout=10).status_code
-    return [] if status == expected else [f"a tokenless purchase {when} answered {status}"]
+def _probe(url: str, expected: int, when: str, times: int = 1) -> list[str]:
+    """Tokenless purchases, each on a new connection (so, with several workers, on several)."""
+    for _ in range(times):
+        status = httpx.post(url, timeout=10).status_code
+        if status != expected:
+            return [f"a tokenless purchase {when} answered {status}"]
+    return []
+
+
+def _wrk_figures(result: wrk.WrkResult) -> dict[str, Any]:
+    figures = result.as_dict()
+    figures["loadgen_cpu_us_per_req"] = (
+        result.cpu_s / result.requests * 1e6 if result.requests else 0
+    )
+    return figures
 
 
 def _wrk_problems(result: wrk.WrkResult, expect_2xx: bool) -> list[str]:

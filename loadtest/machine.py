@@ -9,6 +9,8 @@ import subprocess
 from importlib.metadata import version
 from typing import Any
 
+from flashsale.config import PROJECT_ROOT
+
 
 def _first(pattern: str, text: str, default: str = "unknown") -> str:
     found = re.search(pattern, text, flags=re.MULTILINE)
@@ -17,10 +19,31 @@ def _first(pattern: str, text: str, default: str = "unknown") -> str:
 
 def _run(argv: list[str]) -> str:
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, check=False, cwd=PROJECT_ROOT
+        )
     except OSError:
         return ""
     return done.stdout + done.stderr
+
+
+def git_commit() -> str:
+    """``git rev-parse --short HEAD``, plus what is not committed: the code that was measured."""
+    head = _run(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown"
+    status = _run(["git", "status", "--porcelain"]).splitlines()
+    modified = sum(1 for line in status if line and not line.startswith("??"))
+    untracked = sum(1 for line in status if line.startswith("??"))
+    if not modified and not untracked:
+        return head
+    return f"{head} dirty ({modified} modified, {untracked} untracked files)"
+
+
+def cpu_busy_s() -> float:
+    """Non-idle CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def loadavg() -> float:

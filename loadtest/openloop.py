@@ -89,6 +89,9 @@ class OpenLoop:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
         self.histogram = HdrHistogram(1, HIGHEST_US, 3)
+        # How late the generator itself dispatched each request (its loop busy elsewhere): the
+        # part of the latencies that is the generator's, not the server's.
+        self.dispatch_lag = HdrHistogram(1, HIGHEST_US, 3)
         self.statuses: Counter[int] = Counter()
         self.connections: list[Connection] = []
         self.idle: list[Connection] = []
@@ -96,6 +99,7 @@ class OpenLoop:
         self.in_flight = 0
         self.answered_total = 0  # warm-up included
         self.errors = 0
+        self.cpu_start = 0.0
         self.max_queue = 0
         self.start = 0.0
         self.measure_from = 0.0
@@ -143,13 +147,16 @@ class OpenLoop:
             self.idle.append(conn)
         total = int(plan.rate * (plan.warmup_s + plan.duration_s))
         self.start = time.perf_counter() + 0.01
+        self.cpu_start = time.process_time()
         self.measure_from = self.start + plan.warmup_s
         sent = 0
         while sent < total:
             now = time.perf_counter()
             due = min(total, int((now - self.start) * plan.rate) + 1)
             while sent < due:
-                self._dispatch(self.start + sent / plan.rate, self.request(sent))
+                intended = self.start + sent / plan.rate
+                self.dispatch_lag.record_value(max(1, int((now - intended) * 1e6)))
+                self._dispatch(intended, self.request(sent))
                 sent += 1
             wait = self.start + sent / plan.rate - time.perf_counter()
             await asyncio.sleep(wait - SPIN_WINDOW_S / 2 if wait > SPIN_WINDOW_S else 0)
@@ -178,7 +185,15 @@ class OpenLoop:
             * 1000,
             "answered": answered,
             "answered_total": self.answered_total,
-            "elapsed_s": time.perf_counter() - self.start,
+            "elapsed_s": (elapsed := time.perf_counter() - self.start),
+            # Answers per second over the whole run, drain included: below the offered rate
+            # when the server or the generator could not keep up.
+            "throughput_rps": self.answered_total / elapsed,
+            # The generator's own CPU share over the run (it spins between close sends, so this
+            # is near 1 at any rate above a few hundred per second).
+            "generator_busy": (time.process_time() - self.cpu_start) / elapsed,
+            "dispatch_lag_p99_ms": self.dispatch_lag.get_value_at_percentile(99) / 1000,
+            "dispatch_lag_max_ms": self.dispatch_lag.get_max_value() / 1000,
             "unanswered": unanswered,
             "errors": self.errors,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},

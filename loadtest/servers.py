@@ -38,7 +38,8 @@ def free_port(taken: set[int]) -> int:
     raise RuntimeError("no free port in 18200-18299")
 
 
-def pinned(core: int, argv: list[str]) -> list[str]:
+def pinned(core: int | str, argv: list[str]) -> list[str]:
+    """``argv`` run on ``core`` (a core number, or a ``taskset`` list such as ``"0,1"``)."""
     return ["taskset", "-c", str(core), *argv]
 
 
@@ -58,7 +59,7 @@ def running(
     argv: list[str],
     ready: Callable[[], bool],
     log_dir: Path,
-    core: int = 0,
+    core: int | str = 0,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
     """Start ``argv`` pinned to ``core``, wait until ``ready()``, yield, then stop it."""
@@ -114,8 +115,8 @@ def cpu_seconds(session: int) -> float:
     return total / tick
 
 
-def gateway_argv(port: int) -> list[str]:
-    return [sys.executable, "-m", "gateway", "--workers", "1", "--port", str(port)]
+def gateway_argv(port: int, workers: int = 1) -> list[str]:
+    return [sys.executable, "-m", "gateway", "--workers", str(workers), "--port", str(port)]
 
 
 def granian_argv(target: str, port: int) -> list[str]:

@@ -4,6 +4,7 @@ one ``WRK_JSON`` line that this module reads back (nothing is scraped from wrk's
 from __future__ import annotations
 
 import json
+import resource
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ class WrkResult:
     non_2xx: int
     socket_errors: int
     timeouts: int
+    cpu_s: float = 0.0  # wrk's own CPU time (user + system)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,15 +40,16 @@ def run(
     url: str,
     duration_s: float,
     connections: int,
-    core: int,
+    core: int | str,
     tokens: tuple[Path, int, int] | None = None,
+    threads: int = 1,
 ) -> WrkResult:
     """One wrk run of POSTs to ``url``; with ``tokens`` (file, first line, count) each request
-    carries the next buyer token of that slice."""
+    carries the next buyer token of that slice (each thread its own share of it)."""
     script = SCRIPTS / ("post_tokens.lua" if tokens else "post.lua")
     argv = [
         "wrk",
-        "-t1",
+        f"-t{threads}",
         f"-c{connections}",
         f"-d{max(1, round(duration_s))}s",
         f"--timeout={TIMEOUT_S}s",
@@ -57,17 +60,27 @@ def run(
     ]
     if tokens:
         path, first, count = tokens
-        argv += ["--", str(path), str(first), str(count), "1"]
+        argv += ["--", str(path), str(first), str(count), str(threads)]
+    cpu_before = children_cpu_s()
     done = subprocess.run(
         pinned(core, argv), capture_output=True, text=True, timeout=duration_s + 60, check=False
     )
+    cpu_s = children_cpu_s() - cpu_before
     for line in done.stdout.splitlines():
         if line.startswith("WRK_JSON "):
-            return _result(json.loads(line[len("WRK_JSON ") :]))
+            return parse(json.loads(line[len("WRK_JSON ") :]), cpu_s)
     raise RuntimeError(f"wrk printed no summary (exit {done.returncode}): {done.stderr[-2000:]}")
 
 
-def _result(raw: dict[str, int | float]) -> WrkResult:
+def children_cpu_s() -> float:
+    """CPU time of the children this process has waited for: around one ``subprocess.run``,
+    that child's own CPU time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def parse(raw: dict[str, int | float], cpu_s: float = 0.0) -> WrkResult:
+    """A ``WRK_JSON`` summary as a result."""
     duration_s = raw["duration_us"] / 1e6
     return WrkResult(
         requests=int(raw["requests"]),
@@ -82,4 +95,5 @@ def _result(raw: dict[str, int | float]) -> WrkResult:
         non_2xx=int(raw["status_errors"]),
         socket_errors=int(raw["connect_errors"] + raw["read_errors"] + raw["write_errors"]),
         timeouts=int(raw["timeouts"]),
+        cpu_s=cpu_s,
     )
