@@ -104,3 +104,34 @@ async def test_arming_refuses_while_a_primary_has_no_replica(
         await asyncio.to_thread(stack.up, live_stack, quiet=True)
     assert cluster.healthy()
     await check_cluster_ready(router)
+
+
+async def test_a_killed_primary_fails_over_and_its_shard_sells_again(
+    router: ShardRouter, live_stack: Settings
+) -> None:
+    item = next(_items)
+    for k in range(6):
+        await router.load_shard(item, k, 1000, [], [])
+    victim = router.pipeline.node_of(f"{{item:{item}:0}}:stock")
+    others = [
+        k for k in range(1, 6) if router.pipeline.node_of(f"{{item:{item}:{k}}}:stock") != victim
+    ]
+    os.kill(_pid_of(live_stack, victim), signal.SIGKILL)
+    try:
+        # The other primaries keep selling while the victim's replica is promoted.
+        fine = await router.reserve(item, 6, others[0] + 6, str(uuid.uuid4()), lambda s: b"e")
+        assert fine.outcome is Outcome.RESERVED
+        # The victim's shard answers 503 (fast) until the failover, then sells again through
+        # the promoted replica: the router follows the new topology by itself.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                res = await router.reserve(item, 6, 6 * 777, str(uuid.uuid4()), lambda s: b"e")
+                break
+            except ShardUnavailable:
+                assert time.monotonic() < deadline, "the shard never came back"
+                await asyncio.sleep(0.2)
+        assert res.outcome is Outcome.RESERVED
+        assert router.pipeline.node_of(f"{{item:{item}:0}}:stock") != victim
+    finally:
+        await asyncio.to_thread(stack.up, live_stack, quiet=True)  # the victim rejoins
