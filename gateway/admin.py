@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import hmac
-
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -14,20 +11,11 @@ from jobs.errors import NotReady
 from shard_router import ShardUnavailable
 from shard_router.stock_events import publish
 
-from .errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
+from .errors import Conflict, NotFound, Unavailable
+from .requests import admin, decode_body
 from .responses import json_response
-from .services import Services
 
 MAX_BODY = 1 << 20
-
-
-def _authorized(request: Request) -> Services:
-    s: Services = request.app.state.services
-    header = request.headers.get("authorization", "")
-    expected = f"Bearer {s.cfg.admin_token}"
-    if not hmac.compare_digest(header.encode(), expected.encode()):
-        raise Unauthorized()
-    return s
 
 
 def _int_param(request: Request, name: str, code: str) -> int:
@@ -38,14 +26,8 @@ def _int_param(request: Request, name: str, code: str) -> int:
 
 
 async def post_sale(request: Request) -> Response:
-    s = _authorized(request)
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise BadRequest("BODY_TOO_LARGE")
-    try:
-        sale = decode_new_sale(body)
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-        raise BadRequest(detail=str(exc)) from None
+    s = admin(request)
+    sale = await decode_body(request, decode_new_sale, MAX_BODY)
     sale_id, item_ids = await create_sale(s.pool, sale)
     return json_response(
         {
@@ -65,7 +47,7 @@ async def post_sale(request: Request) -> Response:
 
 
 async def arm(request: Request) -> Response:
-    s = _authorized(request)
+    s = admin(request)
     sale_id = _int_param(request, "sale_id", "SALE_NOT_FOUND")
     try:
         armed = await arm_sale(s.pool, s.router, sale_id)
@@ -89,7 +71,7 @@ async def arm(request: Request) -> Response:
 
 
 async def get_item(request: Request) -> Response:
-    s = _authorized(request)
+    s = admin(request)
     item_id = _int_param(request, "item_id", "ITEM_NOT_FOUND")
     row = await s.pool.fetchrow(
         "select quantity, sold, shards, paused from flash_sale_item where id = $1", item_id

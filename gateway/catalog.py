@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import asyncpg
 
+from flashsale.periodic import run_every
+
 log = logging.getLogger(__name__)
 
 _SELECT = """
@@ -108,12 +110,5 @@ class Catalog:
         self._missing = {k: v for k, v in self._missing.items() if k not in fresh}
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - keep serving from the cache
-                log.warning("catalog refresh failed: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.refresh_s)
-            except TimeoutError:
-                pass
+        # A failed refresh keeps serving from the cache.
+        await run_every(self.refresh_s, self.refresh, stop, "catalog refresh")

@@ -17,6 +17,7 @@ import msgspec
 
 from flashsale.config import Settings
 from flashsale.events import OrderPlaced, decode
+from flashsale.periodic import run_every
 from shard_router import ShardRouter
 
 from .catalog import Catalog
@@ -88,12 +89,9 @@ async def run_relay(
     acker: OutboxAcker,
     stop: asyncio.Event,
 ) -> None:
-    while not stop.is_set():
-        try:
-            await relay_once(cfg, router, catalog, producer, acker)
-        except Exception as exc:  # noqa: BLE001 - try again next round
-            log.warning("outbox relay round failed: %s", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), cfg.outbox_relay_interval_ms / 1000)
-        except TimeoutError:
-            pass
+    await run_every(
+        cfg.outbox_relay_interval_ms / 1000,
+        lambda: relay_once(cfg, router, catalog, producer, acker),
+        stop,
+        "outbox relay round",
+    )

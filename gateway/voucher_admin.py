@@ -4,10 +4,8 @@ arm again (warm-up into Redis), read the counters of the database and of Redis."
 from __future__ import annotations
 
 import datetime as dt
-import hmac
 from typing import Any
 
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -22,20 +20,12 @@ from jobs.errors import NotReady
 from jobs.voucher_arm import ArmedVoucher, arm_voucher
 from shard_router import ShardUnavailable
 
-from .errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
+from .errors import Conflict, NotFound, Unavailable
+from .requests import admin, decode_body
 from .responses import json_response
 from .services import Services
 
 MAX_BODY = 64 * 1024
-
-
-def _authorized(request: Request) -> Services:
-    s: Services = request.app.state.services
-    header = request.headers.get("authorization", "")
-    expected = f"Bearer {s.cfg.admin_token}"
-    if not hmac.compare_digest(header.encode(), expected.encode()):
-        raise Unauthorized()
-    return s
 
 
 def _code(request: Request) -> str:
@@ -78,14 +68,8 @@ async def _arm(s: Services, code: str) -> ArmedVoucher:
 
 
 async def post_voucher(request: Request) -> Response:
-    s = _authorized(request)
-    body = await request.body()
-    if len(body) > MAX_BODY:
-        raise BadRequest("BODY_TOO_LARGE")
-    try:
-        new = decode_new_voucher(body)
-    except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
-        raise BadRequest(detail=str(exc)) from None
+    s = admin(request)
+    new = await decode_body(request, decode_new_voucher, MAX_BODY)
     try:
         voucher = await create_voucher(s.pool, new)
     except VoucherExists:
@@ -102,7 +86,7 @@ async def post_voucher(request: Request) -> Response:
 
 
 async def arm(request: Request) -> Response:
-    s = _authorized(request)
+    s = admin(request)
     code = _code(request)
     voucher = await s.vouchers.get(code)
     if voucher is None:
@@ -125,7 +109,7 @@ where v.code = $1 group by v.code
 
 
 async def get_voucher(request: Request) -> Response:
-    s = _authorized(request)
+    s = admin(request)
     code = _code(request)
     voucher = await s.vouchers.get(code)
     row = await s.pool.fetchrow(_COUNTERS, code) if voucher is not None else None

@@ -14,6 +14,7 @@ import time
 
 import asyncpg
 
+from flashsale.periodic import run_every
 from flashsale.vouchers import SELECT_VOUCHER, Voucher, voucher_of
 
 log = logging.getLogger(__name__)
@@ -56,15 +57,8 @@ class VoucherCatalog:
         self._flash = {row["code"]: voucher_of(row) for row in rows}
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - keep serving from the cache
-                log.warning("voucher catalog refresh failed: %s", exc)
-            try:
-                await asyncio.wait_for(stop.wait(), self.ttl_s)
-            except TimeoutError:
-                pass
+        # A failed refresh keeps serving from the cache.
+        await run_every(self.ttl_s, self.refresh, stop, "voucher catalog refresh")
 
 
 class OutOfStockFlags:

@@ -17,6 +17,7 @@ import msgspec
 
 from flashsale.config import Settings
 from flashsale.events import VoucherReserved, decode
+from flashsale.periodic import run_every
 from shard_router.vouchers import VoucherStore
 
 from .metrics import RELAYED
@@ -87,12 +88,9 @@ async def run_voucher_relay(
     acker: VoucherAcker,
     stop: asyncio.Event,
 ) -> None:
-    while not stop.is_set():
-        try:
-            await relay_vouchers_once(cfg, store, catalog, producer, acker)
-        except Exception as exc:  # noqa: BLE001 - try again next round
-            log.warning("voucher outbox relay round failed: %s", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), cfg.outbox_relay_interval_ms / 1000)
-        except TimeoutError:
-            pass
+    await run_every(
+        cfg.outbox_relay_interval_ms / 1000,
+        lambda: relay_vouchers_once(cfg, store, catalog, producer, acker),
+        stop,
+        "voucher outbox relay round",
+    )

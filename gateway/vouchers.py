@@ -15,14 +15,12 @@ Confirm and release act on the database for both kinds; a flash use goes back to
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import time
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import asyncpg
-import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -40,8 +38,9 @@ from jobs.voucher_lifecycle import Transition, confirm, release, reserve_ordinar
 from shard_router import ShardUnavailable
 
 from . import metrics
-from .errors import ApiError, BadRequest, Conflict, NotEligible, NotFound, Unauthorized, Unavailable
+from .errors import ApiError, Conflict, NotEligible, NotFound, Unavailable
 from .producer import NeverSent, OutcomeUnknown
+from .requests import decode_body, require_bearer
 from .responses import json_response
 from .services import Services
 
@@ -71,12 +70,8 @@ _REFUSALS: dict[Outcome, tuple[type[ApiError], str]] = {
 
 
 def _authorized(request: Request) -> Services:
-    s: Services = request.app.state.services
-    header = request.headers.get("authorization", "")
-    expected = f"Bearer {s.cfg.service_token}"
-    if not hmac.compare_digest(header.encode(), expected.encode()):
-        raise Unauthorized()
-    return s
+    services: Services = request.app.state.services
+    return require_bearer(request, services.cfg.service_token)
 
 
 async def _db(call: Awaitable[T]) -> T:
@@ -105,15 +100,7 @@ def _order_id(request: Request) -> str:
 
 
 async def _reservation_request(request: Request) -> ReservationRequest:
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise BadRequest("BODY_TOO_LARGE")
-    try:
-        return decode_reservation(body)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        raise BadRequest(detail=str(exc)) from None
+    return await decode_body(request, decode_reservation, MAX_BODY)
 
 
 # POST /vouchers/{code}/reservations

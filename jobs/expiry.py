@@ -10,6 +10,7 @@ import logging
 
 import asyncpg
 
+from flashsale.periodic import run_every
 from shard_router import ShardRouter, VoucherStore
 from shard_router.stock_events import publish
 
@@ -46,14 +47,9 @@ async def expire_vouchers_once(pool: asyncpg.Pool, store: VoucherStore, limit: i
 async def run_expiry(
     pool: asyncpg.Pool, router: ShardRouter, interval_s: float, stop: asyncio.Event
 ) -> None:
-    while not stop.is_set():
-        try:
-            expired = await expire_once(pool, router)
-            if expired:
-                log.info("expired %d orders and voucher uses", expired)
-        except Exception as exc:  # noqa: BLE001 - try again next round
-            log.warning("expiry round failed: %s", exc)
-        try:
-            await asyncio.wait_for(stop.wait(), interval_s)
-        except TimeoutError:
-            pass
+    async def step() -> None:
+        expired = await expire_once(pool, router)
+        if expired:
+            log.info("expired %d orders and voucher uses", expired)
+
+    await run_every(interval_s, step, stop, "expiry round")
