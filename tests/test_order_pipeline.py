@@ -73,18 +73,32 @@ async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
 
 
 async def _buy_all(
-    base: str, cfg: Settings, item_id: int, users: list[int]
+    base: str, cfg: Settings, item_id: int, users: list[int], *, retry_503: bool = True
 ) -> list[tuple[int, int, dict[str, str]]]:
+    """Every buyer presses Buy at once. A 503 means "could not confirm" (a deadline passed on
+    this shared 2-core box): like a real client, the buyer retries after Retry-After, and gets
+    202, 410, or 409 with the orderId the first attempt did take."""
     async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=200)) as s:
 
         async def buy(user: int) -> tuple[int, int, dict[str, str]]:
             headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
-            async with s.post(
-                f"/api/flash-sales/items/{item_id}/purchase", headers=headers
-            ) as response:
-                return user, response.status, await response.json()
+            for _ in range(50):
+                async with s.post(
+                    f"/api/flash-sales/items/{item_id}/purchase", headers=headers
+                ) as response:
+                    answer = user, response.status, await response.json()
+                if response.status != 503 or not retry_503:
+                    break
+                await asyncio.sleep(0.2)
+            return answer
 
         return list(await asyncio.gather(*(buy(u) for u in users)))
+
+
+def _outcomes(answers: list[tuple[int, int, dict[str, str]]]) -> Counter[str]:
+    """Buyers who hold a unit (202, or 409 after a retried 503) vs buyers told sold out."""
+    names = {202: "won", 409: "won", 410: "sold out"}
+    return Counter(names.get(status, str(status)) for _, status, _ in answers)
 
 
 async def _stored(db: asyncpg.Pool, item_id: int, at_least: int, timeout: float = 60) -> int:
@@ -104,8 +118,11 @@ async def test_a_full_sale_lands_every_order_once_and_reconciles(
     item_id = new_sale(gateway, 500, 4)["items"][0]["itemId"]
     users = [next(_users) for _ in range(2000)]
     answers = await _buy_all(gateway, live_stack, item_id, users)
-    assert Counter(status for _, status, _ in answers) == {202: 500, 410: 1500}
-    accepted = {body["orderId"]: user for user, status, body in answers if status == 202}
+    statuses = Counter(status for _, status, _ in answers)
+    # 409 only for a buyer whose earlier attempt answered 503 but did take the unit.
+    assert set(statuses) <= {202, 409, 410} and statuses[410] == 1500, statuses
+    accepted = {body["orderId"]: user for user, status, body in answers if status in (202, 409)}
+    assert len(accepted) == 500
     assert await _stored(db, item_id, 500) == 500
     rows = await db.fetch(
         "select id::text as id, user_id, status from flash_sale_order where item_id = $1", item_id
@@ -182,7 +199,7 @@ async def test_unpaid_orders_expire_and_their_units_sell_again(
 
     sampler = asyncio.create_task(sample())
     first = await _buy_all(gateway, live_stack, item_id, [next(_users) for _ in range(40)])
-    assert Counter(s for _, s, _ in first) == {202: 20, 410: 20}
+    assert _outcomes(first) == {"won": 20, "sold out": 20}
     await _stored(db, item_id, 20)
     await asyncio.sleep(1.2)  # let the 1 s payment window pass
     assert await expire_once(db, router) >= 20
@@ -190,7 +207,7 @@ async def test_unpaid_orders_expire_and_their_units_sell_again(
     # The restock clears sold-out flags everywhere, and the TTL bounds it anyway.
     await asyncio.sleep(1.1)
     second = await _buy_all(gateway, live_stack, item_id, [next(_users) for _ in range(40)])
-    assert Counter(s for _, s, _ in second)[202] == 20
+    assert _outcomes(second) == {"won": 20, "sold out": 20}
     await _stored(db, item_id, 40)
     stop.set()
     await sampler
@@ -248,7 +265,9 @@ async def test_kafka_paused_answers_503_and_the_counts_add_up_after(
     kafka = _pid(live_stack, "kafka")
     os.kill(kafka, signal.SIGSTOP)
     try:
-        answers = await _buy_all(gateway, live_stack, item_id, [next(_users) for _ in range(10)])
+        answers = await _buy_all(
+            gateway, live_stack, item_id, [next(_users) for _ in range(10)], retry_503=False
+        )
     finally:
         os.kill(kafka, signal.SIGCONT)
     assert {status for _, status, _ in answers} == {503}
