@@ -8,12 +8,6 @@ from .hot_counters import HotCounter
 
 REGISTRY = CollectorRegistry()
 
-REQUESTS = Counter(
-    "flashsale_requests_total",
-    "Requests by route and outcome",
-    ["route", "outcome"],
-    registry=REGISTRY,
-)
 RESERVATION_SECONDS = Histogram(
     "flashsale_reservation_seconds",
     "Redis reservation + Kafka acknowledgement latency",
