@@ -9,9 +9,7 @@ of an order that did reach Kafka is harmless.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections import defaultdict
 
 import msgspec
 
@@ -20,39 +18,22 @@ from flashsale.events import OrderPlaced, decode
 from flashsale.periodic import run_every
 from shard_router import ShardRouter
 
+from .acks import BatchedAcks
 from .catalog import Catalog
 from .metrics import RELAYED
 from .producer import OrderProducer
 
-log = logging.getLogger(__name__)
 
-
-class OutboxAcker:
+class OutboxAcker(BatchedAcks[tuple[int, int]]):
     def __init__(self, router: ShardRouter) -> None:
+        super().__init__("outbox ack")
         self.router = router
-        self._pending: dict[tuple[int, int], list[str]] = defaultdict(list)
-        self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def ack(self, item_id: int, shard: int, order_id: str) -> None:
-        self._pending[(item_id, shard)].append(order_id)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._queue((item_id, shard), order_id)
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, defaultdict(list)
-        for (item_id, shard), order_ids in pending.items():
-            task = asyncio.ensure_future(self._send(item_id, shard, order_ids))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, item_id: int, shard: int, order_ids: list[str]) -> None:
-        try:
-            await self.router.ack_outbox(item_id, shard, order_ids)
-        except Exception as exc:  # noqa: BLE001 - the relay re-sends; the writer dedups
-            log.warning("outbox ack failed for item %s shard %s: %s", item_id, shard, exc)
+    async def _send(self, key: tuple[int, int], order_ids: list[str]) -> None:
+        await self.router.ack_outbox(key[0], key[1], order_ids)
 
 
 async def relay_once(

@@ -9,9 +9,7 @@ redemption once per orderId, so a re-send of an event that did reach Kafka is ha
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections import defaultdict
 
 import msgspec
 
@@ -20,39 +18,22 @@ from flashsale.events import VoucherReserved, decode
 from flashsale.periodic import run_every
 from shard_router.vouchers import VoucherStore
 
+from .acks import BatchedAcks
 from .metrics import RELAYED
 from .producer import OrderProducer
 from .voucher_catalog import VoucherCatalog
 
-log = logging.getLogger(__name__)
 
-
-class VoucherAcker:
+class VoucherAcker(BatchedAcks[str]):
     def __init__(self, store: VoucherStore) -> None:
+        super().__init__("voucher outbox ack")
         self.store = store
-        self._pending: dict[str, list[str]] = defaultdict(list)
-        self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def ack(self, code: str, order_id: str) -> None:
-        self._pending[code].append(order_id)
-        if not self._scheduled:
-            self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        self._queue(code, order_id)
 
-    def _flush(self) -> None:
-        self._scheduled = False
-        pending, self._pending = self._pending, defaultdict(list)
-        for code, order_ids in pending.items():
-            task = asyncio.ensure_future(self._send(code, order_ids))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _send(self, code: str, order_ids: list[str]) -> None:
-        try:
-            await self.store.ack_outbox(code, order_ids)
-        except Exception as exc:  # noqa: BLE001 - the relay re-sends; the writer dedups
-            log.warning("voucher outbox ack failed for %s: %s", code, exc)
+    async def _send(self, key: str, order_ids: list[str]) -> None:
+        await self.store.ack_outbox(key, order_ids)
 
 
 async def relay_vouchers_once(

@@ -1,0 +1,48 @@
+"""Outbox acknowledgements, batched: entries whose event Kafka acknowledged are dropped with one
+HDEL per outbox hash per event-loop tick, in the background. A failed drop is harmless: the
+relay re-sends the entry and the writer deduplicates by orderId."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K", bound=Hashable)
+
+
+class BatchedAcks(Generic[K]):
+    """Collects order ids per outbox key during a tick; subclasses say how to drop them."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._pending: dict[K, list[str]] = defaultdict(list)
+        self._scheduled = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _queue(self, key: K, order_id: str) -> None:
+        self._pending[key].append(order_id)
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._scheduled = False
+        pending, self._pending = self._pending, defaultdict(list)
+        for key, order_ids in pending.items():
+            task = asyncio.ensure_future(self._send_logged(key, order_ids))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send_logged(self, key: K, order_ids: list[str]) -> None:
+        try:
+            await self._send(key, order_ids)
+        except Exception as exc:  # noqa: BLE001 - the relay re-sends; the writer dedups
+            log.warning("%s failed for %s: %s", self._what, key, exc)
+
+    async def _send(self, key: K, order_ids: list[str]) -> None:
+        raise NotImplementedError
