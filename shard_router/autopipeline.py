@@ -1,16 +1,16 @@
 """Auto-pipelining: script calls that arrive in the same event-loop tick for the same cluster
-node go out as one pipeline, so a burst of buyers costs one round trip per node, not one each.
+node go out as one write, so a burst of buyers costs one round trip per node, not one each.
 
-The batches go through a plain (non-cluster) redis-py client per node: redis-py's
-ClusterPipeline resolves a command policy per command and measured 1.7x slower here at 256
-concurrent buyers (bench.md). The cluster client still owns the topology: the slot → node map,
-and a call answered MOVED/ASK (or a batch whose node failed) triggers a topology refresh and is
-retried once through the cluster client, which follows redirections itself.
+Each node has one ``NodeLink`` (a plain asyncio connection, hiredis packing and parsing); the
+replies of a batch come back in order on it. The cluster client still owns the topology: the
+slot → node map, and a call answered MOVED/ASK (or a batch whose node failed) triggers a
+topology refresh, and a redirected call is retried once through the cluster client, which
+follows redirections itself.
 
-Each node's pipeline runs as its own task with its own deadline: a hung node costs its callers
-a fast ShardUnavailable and never blocks the other nodes' batches. A pipeline that outlives its
-deadline is abandoned, not awaited (redis-py may leave it pending past cancellation); the breaker
-then stops new sends to that node until a probe succeeds.
+Every batch has its own deadline, one timer for the whole batch: a hung node costs its callers
+a fast ShardUnavailable and never blocks the other nodes' batches; its late replies are still
+read (so the connection stays in step) but answer nobody. The breaker stops new sends to a node
+that keeps missing deadlines until a probe succeeds.
 """
 
 from __future__ import annotations
@@ -21,13 +21,12 @@ from collections import defaultdict
 from typing import Any
 
 import hiredis
-from redis.asyncio import ConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.connection import Connection
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, TryAgainError
 
 from .breaker import Breaker
 from .errors import ShardUnavailable
+from .node_link import Batch, NodeLink
 from .scripts import ALL, Script
 
 # (script, keys, args, future); a plain command is queued with script None and its whole
@@ -35,24 +34,7 @@ from .scripts import ALL, Script
 _Call = tuple[Script | None, list[str], list[Any], "asyncio.Future[Any]"]
 _REDIRECTED = (MovedError, AskError, TryAgainError)
 _REFRESH_EVERY_S = 1.0
-
-
-class HiredisPackedConnection(Connection):
-    """redis-py's asyncio connection packs commands in Python (~15 µs for a reserve call
-    here); its sync client already uses hiredis' C packer, and so do we."""
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        return [_pack(args)]
-
-    def pack_commands(self, commands: Any) -> list[bytes]:
-        return [b"".join(_pack(tuple(cmd)) for cmd in commands)]
-
-
-def _pack(args: tuple[Any, ...]) -> bytes:
-    # Like redis-py: a command name given as "CONFIG GET" goes out as two arguments.
-    if isinstance(args[0], str) and " " in args[0]:
-        args = (*args[0].split(), *args[1:])
-    return bytes(hiredis.pack_command(args))
+_MAX_CACHED_SLOTS = 100_000
 
 
 class AutoPipeline:
@@ -63,13 +45,20 @@ class AutoPipeline:
         self._queued: dict[str, list[_Call]] = defaultdict(list)
         self._flush_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
-        self._node_clients: dict[str, Redis] = {}
+        self._links: dict[str, NodeLink] = {}
+        self._slots: dict[str, int] = {}  # key → hash slot (CRC16 in Python costs ~10 µs)
         self._last_refresh = 0.0
 
     def node_of(self, key: str) -> str:
-        node = self._client.get_node_from_key(key)
-        if node is None:
-            raise ShardUnavailable(key, "no node owns this slot")
+        slot = self._slots.get(key)
+        if slot is None:
+            if len(self._slots) > _MAX_CACHED_SLOTS:
+                self._slots.clear()
+            slot = self._slots[key] = self._client.keyslot(key)
+        try:
+            node = self._client.nodes_manager.get_node_from_slot(slot)
+        except Exception as exc:  # noqa: BLE001 - redis-py raises SlotNotCoveredError and kin
+            raise ShardUnavailable(key, f"no node owns slot {slot}: {exc}") from None
         return str(node.name)
 
     async def call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
@@ -80,38 +69,38 @@ class AutoPipeline:
         """A plain command on ``key``'s node (e.g. an outbox HDEL), batched the same way."""
         return await self._enqueue(None, [key], list(command))
 
-    async def _enqueue(self, script: Script | None, keys: list[str], args: list[Any]) -> Any:
-        node = self.node_of(keys[0])
+    def commands(self, commands: list[tuple[str, list[Any]]]) -> list[asyncio.Future[Any]]:
+        """Many plain commands at once, ``(key, [name, *args])`` each, for a scan: futures, no
+        task per command (await them with ``asyncio.gather``)."""
+        return [self._queue(None, [key], args) for key, args in commands]
+
+    def _queue(
+        self, script: Script | None, keys: list[str], args: list[Any]
+    ) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        try:
+            node = self.node_of(keys[0])
+        except ShardUnavailable as exc:
+            future.set_exception(exc)
+            return future
         if not self._breaker.allow(node):
-            raise ShardUnavailable(node, "circuit open")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            future.set_exception(ShardUnavailable(node, "circuit open"))
+            return future
         self._queued[node].append((script, keys, args, future))
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
-        # No timer per call: _send settles every future of its batch by the batch deadline.
-        return await future
+            loop.call_soon(self._flush)
+        return future
+
+    async def _enqueue(self, script: Script | None, keys: list[str], args: list[Any]) -> Any:
+        # No timer per call: the batch deadline settles every future of the batch.
+        return await self._queue(script, keys, args)
 
     async def close(self) -> None:
-        for client in self._node_clients.values():
-            await client.aclose()
-        self._node_clients.clear()
-
-    def _node_client(self, node: str) -> Redis:
-        client = self._node_clients.get(node)
-        if client is None:
-            host, port = node.rsplit(":", 1)
-            timeout = max(self._timeout_s * 4, 1)
-            pool = ConnectionPool(
-                connection_class=HiredisPackedConnection,
-                host=host,
-                port=int(port),
-                socket_timeout=timeout,
-                socket_connect_timeout=timeout,
-            )
-            client = Redis.from_pool(pool)  # the client owns (and closes) its pool
-            self._node_clients[node] = client
-        return client
+        for link in self._links.values():
+            link.fail(ShardUnavailable("cluster", "closing"))
+        self._links.clear()
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -121,37 +110,72 @@ class AutoPipeline:
     def _flush(self) -> None:
         self._flush_scheduled = False
         queued, self._queued = self._queued, defaultdict(list)
+        loop = asyncio.get_running_loop()
         for node, calls in queued.items():
-            self._spawn(self._send(node, calls))
+            payload = b"".join(
+                hiredis.pack_command(
+                    tuple(args)
+                    if script is None
+                    else ("EVALSHA", script.sha, len(keys), *keys, *args)
+                )
+                for script, keys, args, _ in calls
+            )
+            batch = Batch(node, calls, payload)
+            batch.timer = loop.call_later(self._timeout_s, self._expire, batch)
+            self._link(node).send(batch)
 
-    async def _send(self, node: str, calls: list[_Call]) -> None:
-        pipe = self._node_client(node).pipeline(transaction=False)
-        for script, keys, args, _ in calls:
-            if script is None:
-                pipe.execute_command(*args)
-            else:
-                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        execution = asyncio.ensure_future(pipe.execute(raise_on_error=False))
-        # asyncio.wait, not wait_for: past the deadline the call is abandoned, never awaited.
-        done, _ = await asyncio.wait({execution}, timeout=self._timeout_s)
-        failure: BaseException | None = None
-        if not done:
-            execution.add_done_callback(_consume_outcome)
-            failure = TimeoutError("deadline exceeded")
-        elif (exc := execution.exception()) is not None:
-            failure = exc
-        if failure is not None:
-            self._breaker.failure(node)
-            self._refresh_topology()  # the node may have failed over
-            error = ShardUnavailable(node, f"{type(failure).__name__}: {failure}")
-            for *_, future in calls:
-                if not future.done():
-                    future.set_exception(error)
-            return
+    def _link(self, node: str) -> NodeLink:
+        link = self._links.get(node)
+        if link is None or link.closed:
+            link = self._links[node] = NodeLink(self._answered, self._lost)
+            self._spawn(self._connect(node, link))
+        return link
+
+    async def _connect(self, node: str, link: NodeLink) -> None:
+        host, port = node.rsplit(":", 1)
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(
+                loop.create_connection(lambda: link, host, int(port)), self._timeout_s * 4
+            )
+        except (OSError, TimeoutError) as exc:
+            link.fail(exc)
+
+    def _expire(self, batch: Batch) -> None:
+        """The deadline passed with replies missing: the node may be hung or gone. The link is
+        dropped too (its other batches fail now, not one deadline each), so a connection that
+        went silent is replaced by a fresh one on the next send."""
+        batch.timer = None
+        failure = TimeoutError("deadline exceeded")
+        self._failed(batch, failure)
+        link = self._links.pop(batch.node, None)
+        if link is not None:
+            link.fail(failure)
+
+    def _lost(self, batch: Batch, exc: BaseException) -> None:
+        if batch.timer is not None:
+            batch.timer.cancel()
+            batch.timer = None
+            self._failed(batch, exc)
+
+    def _failed(self, batch: Batch, failure: BaseException) -> None:
+        self._breaker.failure(batch.node)
+        self._refresh_topology()  # the node may have failed over
+        error = ShardUnavailable(batch.node, f"{type(failure).__name__}: {failure}")
+        for *_, future in batch.calls:
+            if not future.done():
+                future.set_exception(error)
+
+    def _answered(self, batch: Batch) -> None:
+        if batch.timer is None:
+            return  # past its deadline: every caller has been answered already
+        batch.timer.cancel()
+        batch.timer = None
+        node = batch.node
         self._breaker.success(node)
-        for (script, keys, args, future), result in zip(calls, execution.result(), strict=True):
+        for (script, keys, args, future), result in zip(batch.calls, batch.replies, strict=True):
             if future.done():
-                continue  # the caller gave up at its deadline
+                continue  # the caller went away
             if script is None:
                 if isinstance(result, Exception):
                     future.set_exception(ShardUnavailable(node, str(result)))
@@ -208,14 +232,3 @@ def _source_of(sha: str | bytes) -> bytes:
         if script.sha == sha:
             return script.source
     raise ShardUnavailable("cluster", f"unknown script {sha!r}")
-
-
-def _expire(future: asyncio.Future[Any]) -> None:
-    if not future.done():
-        future.set_exception(ShardUnavailable("cluster", "deadline exceeded"))
-
-
-def _consume_outcome(task: asyncio.Future[Any]) -> None:
-    """Retrieve an abandoned call's outcome so asyncio does not log it as never retrieved."""
-    if not task.cancelled():
-        task.exception()
