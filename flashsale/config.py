@@ -76,6 +76,9 @@ class Settings:
     shard_breaker_cooldown_ms: int = 1000
     outbox_relay_interval_ms: int = 1000
     outbox_relay_min_age_ms: int = 5000
+    # Outboxes (item shards, voucher codes) looked at per relay round: a round's cost stays flat
+    # however many items are live; every outbox is visited within ceil(outboxes / budget) rounds.
+    outbox_relay_scan_budget: int = 256
 
     # Writer and jobs.
     writer_group: str = "flashsale-writer"

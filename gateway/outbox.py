@@ -16,6 +16,7 @@ import msgspec
 from flashsale.config import Settings
 from flashsale.events import OrderPlaced, decode
 from flashsale.periodic import run_every
+from flashsale.round_robin import RoundRobin
 from shard_router import ShardRouter
 
 from .acks import BatchedAcks
@@ -42,22 +43,24 @@ async def relay_once(
     catalog: Catalog,
     producer: OrderProducer,
     acker: OutboxAcker,
+    scan: RoundRobin[tuple[int, int]],
 ) -> int:
-    """Re-send every outbox entry older than the minimum age; returns how many were sent."""
+    """Re-send every entry older than the minimum age in this round's share of the outboxes;
+    returns how many were sent."""
     cutoff_ms = time.time() * 1000 - cfg.outbox_relay_min_age_ms
     sent = 0
-    for item in catalog.relay_items():
-        for shard in await router.shards_with_outbox(item.id, item.shards):
-            for order_id, payload in (await router.outbox(item.id, shard)).items():
-                try:
-                    event = decode(payload)
-                except msgspec.MsgspecError:
-                    continue  # not ours to judge: reconciliation reports it
-                if not isinstance(event, OrderPlaced) or event.created_at_ms > cutoff_ms:
-                    continue
-                await producer.send(cfg.orders_topic, order_id.encode(), payload)
-                acker.ack(item.id, shard, order_id)
-                sent += 1
+    shards = [(item.id, k) for item in catalog.relay_items() for k in range(item.shards)]
+    for item_id, shard in await router.outboxes_in_use(scan.take(shards)):
+        for order_id, payload in (await router.outbox(item_id, shard)).items():
+            try:
+                event = decode(payload)
+            except msgspec.MsgspecError:
+                continue  # not ours to judge: reconciliation reports it
+            if not isinstance(event, OrderPlaced) or event.created_at_ms > cutoff_ms:
+                continue
+            await producer.send(cfg.orders_topic, order_id.encode(), payload)
+            acker.ack(item_id, shard, order_id)
+            sent += 1
     RELAYED.inc(sent)
     return sent
 
@@ -70,9 +73,10 @@ async def run_relay(
     acker: OutboxAcker,
     stop: asyncio.Event,
 ) -> None:
+    scan = RoundRobin[tuple[int, int]](cfg.outbox_relay_scan_budget)
     await run_every(
         cfg.outbox_relay_interval_ms / 1000,
-        lambda: relay_once(cfg, router, catalog, producer, acker),
+        lambda: relay_once(cfg, router, catalog, producer, acker, scan),
         stop,
         "outbox relay round",
     )

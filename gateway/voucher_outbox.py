@@ -16,6 +16,7 @@ import msgspec
 from flashsale.config import Settings
 from flashsale.events import VoucherReserved, decode
 from flashsale.periodic import run_every
+from flashsale.round_robin import RoundRobin
 from shard_router.vouchers import VoucherStore
 
 from .acks import BatchedAcks
@@ -42,12 +43,15 @@ async def relay_vouchers_once(
     catalog: VoucherCatalog,
     producer: OrderProducer,
     acker: VoucherAcker,
+    scan: RoundRobin[str],
 ) -> int:
-    """Re-send every outbox entry older than the minimum age; returns how many were sent."""
+    """Re-send every entry older than the minimum age in this round's share of the outboxes;
+    returns how many were sent."""
     cutoff_ms = time.time() * 1000 - cfg.outbox_relay_min_age_ms
     sent = 0
-    for voucher in catalog.live_flash():
-        for order_id, payload in (await store.outbox(voucher.code)).items():
+    codes = [voucher.code for voucher in catalog.live_flash()]
+    for code in await store.outboxes_in_use(scan.take(codes)):
+        for order_id, payload in (await store.outbox(code)).items():
             try:
                 event = decode(payload)
             except msgspec.MsgspecError:
@@ -55,7 +59,7 @@ async def relay_vouchers_once(
             if not isinstance(event, VoucherReserved) or event.reserved_at_ms > cutoff_ms:
                 continue
             await producer.send(cfg.vouchers_topic, order_id.encode(), payload)
-            acker.ack(voucher.code, order_id)
+            acker.ack(code, order_id)
             sent += 1
     RELAYED.inc(sent)
     return sent
@@ -69,9 +73,10 @@ async def run_voucher_relay(
     acker: VoucherAcker,
     stop: asyncio.Event,
 ) -> None:
+    scan = RoundRobin[str](cfg.outbox_relay_scan_budget)
     await run_every(
         cfg.outbox_relay_interval_ms / 1000,
-        lambda: relay_vouchers_once(cfg, store, catalog, producer, acker),
+        lambda: relay_vouchers_once(cfg, store, catalog, producer, acker, scan),
         stop,
         "voucher outbox relay round",
     )

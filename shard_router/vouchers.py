@@ -7,6 +7,7 @@ well within one Redis core, pipelined), which keeps the per-customer count exact
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -91,6 +92,13 @@ class VoucherStore:
         await self.router._with_deadline(
             self.router.client.hdel(voucher_keys(code).outbox, *order_ids)
         )
+
+    async def outboxes_in_use(self, codes: list[str]) -> list[str]:
+        """The codes whose outbox is not empty: one HLEN each, all sent in the same tick."""
+        keys = [voucher_keys(code).outbox for code in codes]
+        pipeline = self.router.pipeline
+        lengths = await asyncio.gather(*pipeline.commands([(k, ["HLEN", k]) for k in keys]))
+        return [code for code, length in zip(codes, lengths, strict=True) if length]
 
     async def outbox(self, code: str) -> dict[str, bytes]:
         raw = await self.router._with_deadline(
