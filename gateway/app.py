@@ -20,13 +20,15 @@ from flashsale.config import Settings, settings
 from . import admin, metrics, orders, voucher_admin, vouchers
 from .catalog import CatalogUnavailable
 from .errors import ApiError, Unavailable
+from .paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
 from .purchase import PurchaseHandler
-from .responses import error_response, json_response
+from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, json_response
 from .services import Services
 
 log = logging.getLogger(__name__)
-PURCHASE_PREFIX = "/api/flash-sales/items/"
-PURCHASE_SUFFIX = "/purchase"
+# The flag's answer as ready-made ASGI messages (a server only reads them).
+_SOLD_OUT_START = {"type": "http.response.start", "status": 410, "headers": SOLD_OUT_HEADERS}
+_SOLD_OUT_BODY = {"type": "http.response.body", "body": SOLD_OUT_BODY}
 
 
 async def healthz(request: Request) -> Response:
@@ -40,7 +42,7 @@ async def readyz(request: Request) -> Response:
         await s.router.ping()
     except Exception:  # noqa: BLE001 - any failure means not ready
         redis_ok = False
-    kafka_ok = s.producer.reachable(1.0)
+    kafka_ok = await s.producer.reachable(1.0)
     if not (redis_ok and kafka_ok):
         raise Unavailable("NOT_READY", redis=redis_ok, kafka=kafka_ok)
     return json_response({"status": "ready", "redis": True, "kafka": True})
@@ -146,6 +148,16 @@ class FlashSaleApp:
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
+            purchase = self.purchase
+            if (
+                purchase is not None
+                and scope["method"] == "POST"
+                and purchase.answered_from_flag(path)
+            ):
+                # The 98% who lose: no framework, no coroutine, no token check, no I/O.
+                await send(_SOLD_OUT_START)
+                await send(_SOLD_OUT_BODY)
+                return
             if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
                 if scope["method"] != "POST":
                     await self.inner(scope, receive, send)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaException, Producer
@@ -28,7 +29,15 @@ class OutcomeUnknown(Exception):
     pass
 
 
+_BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
+_IDLE_POLL_S = 0.5  # otherwise: librdkafka's error and log events still get served
+
+
 class OrderProducer:
+    """Delivery reports are served on the event loop's own thread: a 1 ms ``poll(0)`` timer
+    while sends are waiting, so no thread hands reports over (a poller thread cost ~45 µs of
+    the loop's CPU per order in GIL hand-offs and cross-thread wake-ups; bench.md)."""
+
     def __init__(self, cfg: Settings) -> None:
         self.timeout_s = cfg.kafka_timeout_ms / 1000
         self._producer = Producer(
@@ -45,63 +54,70 @@ class OrderProducer:
                 "compression.type": "lz4",
             }
         )
-        # Delivery reports reach the event loop in batches: one thread-safe wake-up (a write to
-        # the loop's self-pipe) per batch of reports, not one per message.
-        self._reports: collections.deque[tuple[asyncio.Future[None], Any]] = collections.deque()
-        self._wakeup_pending = False
+        # Futures in send order with their deadlines: one sweep per poll, no timer per message.
+        self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._running = True
-        self._poller = threading.Thread(target=self._poll, name="kafka-delivery", daemon=True)
-        self._poller.start()
-
-    def _poll(self) -> None:
-        while self._running:
-            self._producer.poll(0.05)
-
-    def _report(self, future: asyncio.Future[None], err: Any) -> None:
-        """Called on the poller thread for each delivery report."""
-        self._reports.append((future, err))
-        if not self._wakeup_pending and self._loop is not None:
-            self._wakeup_pending = True  # at worst a race costs one extra wake-up
-            self._loop.call_soon_threadsafe(self._settle_reports)
-
-    def _settle_reports(self) -> None:
-        self._wakeup_pending = False  # first, so a report appended meanwhile wakes us again
-        while self._reports:
-            _settle(*self._reports.popleft())
+        self._loop_thread = 0
+        self._tick: asyncio.TimerHandle | None = None
+        self._closing = False
 
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop = loop
+        loop = self._loop or self._bind(asyncio.get_running_loop())
         future: asyncio.Future[None] = loop.create_future()
-
-        def delivered(err: Any, _msg: Any) -> None:
-            self._report(future, err)
-
         try:
-            self._producer.produce(topic, value, key, on_delivery=delivered)
+            self._producer.produce(topic, value, key, on_delivery=partial(self._delivered, future))
         except (BufferError, KafkaException) as exc:
             raise NeverSent(str(exc)) from exc
-        # One timer handle, not wait_for (which wraps the future in another task each call).
-        deadline = loop.call_later(
-            self.timeout_s + 0.5, _settle, future, "no delivery report before the deadline"
-        )
-        try:
-            await future
-        finally:
-            deadline.cancel()
+        # librdkafka reports a failure by message.timeout.ms; the sweep is the backstop.
+        self._waiting.append((loop.time() + self.timeout_s + 0.5, future))
+        if self._tick is None or self._tick.when() > loop.time() + _BUSY_POLL_S:
+            self._schedule(loop, _BUSY_POLL_S)
+        await future
 
-    def reachable(self, timeout_s: float = 1.0) -> bool:
+    def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        return loop
+
+    def _schedule(self, loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
+        if self._tick is not None:
+            self._tick.cancel()
+        self._tick = loop.call_later(delay_s, self._poll)
+
+    def _poll(self) -> None:
+        self._tick = None
+        if self._closing:
+            return
+        self._producer.poll(0)  # runs the delivery callbacks, on this thread
+        assert self._loop is not None
+        now = self._loop.time()
+        waiting = self._waiting
+        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
+            _, future = waiting.popleft()
+            _settle(future, "no delivery report before the deadline")
+        self._schedule(self._loop, _BUSY_POLL_S if waiting else _IDLE_POLL_S)
+
+    def _delivered(self, future: asyncio.Future[None], err: Any, _msg: Any) -> None:
+        if threading.get_ident() == self._loop_thread:
+            _settle(future, err)
+        elif self._loop is not None:  # flush() at close runs callbacks on its own thread
+            self._loop.call_soon_threadsafe(_settle, future, err)
+
+    async def reachable(self, timeout_s: float = 1.0) -> bool:
+        """Can we reach a broker? Asked on a worker thread: it may block for ``timeout_s``."""
         try:
-            self._producer.list_topics(timeout=timeout_s)
+            await asyncio.to_thread(self._producer.list_topics, timeout=timeout_s)
         except KafkaException:
             return False
         return True
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        self._producer.flush(timeout_s)
-        self._running = False
-        self._poller.join(timeout=1)
+    async def close(self, timeout_s: float = 5.0) -> None:
+        """Flush what is queued (on a worker thread: flush blocks)."""
+        self._closing = True
+        if self._tick is not None:
+            self._tick.cancel()
+            self._tick = None
+        await asyncio.to_thread(self._producer.flush, timeout_s)
 
 
 def _settle(future: asyncio.Future[None], err: Any) -> None:

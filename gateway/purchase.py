@@ -58,6 +58,19 @@ class PurchaseHandler:
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
+    def answered_from_flag(self, path: str) -> bool:
+        """Is ``path`` a flagged item's purchase route, open now? The same checks as
+        ``_decide`` makes before the flag, without its coroutines: the front then sends the 410."""
+        item_id = self.s.flags.by_path.get(path)
+        if item_id is None:
+            return False
+        item = self.s.catalog.cached(item_id)
+        if item is None or not item.is_open(time.time()) or not self.s.flags.is_sold_out(item_id):
+            return False
+        _guard("sold_out_flag")
+        _count("sold_out_flag")
+        return True
+
     async def answer(self, scope: dict[str, Any], item_text: str) -> Answer:
         try:
             return await self._decide(scope, item_text)
@@ -116,10 +129,14 @@ class PurchaseHandler:
         expires_ms = created_ms + item.payment_window_s * 1000
         home = home_shard(user_id, item.shards)
 
+        encoded: dict[int, bytes] = {}  # the hand-off sends the bytes the outbox holds
+
         def payload_for(shard: int) -> bytes:
-            return encode(
-                OrderPlaced(order_id, item.id, user_id, shard, home, created_ms, expires_ms)
-            )
+            payload = encoded.get(shard)
+            if payload is None:
+                event = OrderPlaced(order_id, item.id, user_id, shard, home, created_ms, expires_ms)
+                payload = encoded[shard] = encode(event)
+            return payload
 
         try:
             reservation = await self.s.router.reserve(

@@ -96,6 +96,6 @@ class Services:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        await asyncio.to_thread(self.producer.close)
+        await self.producer.close()
         await self.router.close()
         await self.pool.close()

@@ -18,6 +18,7 @@ from shard_router import ShardRouter, ShardUnavailable
 from shard_router.stock_events import CHANNEL
 
 from .catalog import Catalog
+from .paths import purchase_path
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,9 @@ class SoldOutFlags:
     def __init__(self, ttl_s: float) -> None:
         self.ttl_s = ttl_s
         self._until: dict[int, float] = {}
+        # The purchase path of every flagged item, so the front answers a flagged item's
+        # requests from one dict lookup, before any routing (see gateway/app.py).
+        self.by_path: dict[str, int] = {}
 
     def is_sold_out(self, item_id: int) -> bool:
         until = self._until.get(item_id)
@@ -33,9 +37,11 @@ class SoldOutFlags:
 
     def mark(self, item_id: int) -> None:
         self._until[item_id] = time.monotonic() + self.ttl_s
+        self.by_path[purchase_path(item_id)] = item_id
 
     def clear(self, item_id: int) -> None:
         self._until.pop(item_id, None)
+        self.by_path.pop(purchase_path(item_id), None)
 
     def flagged(self) -> list[int]:
         return list(self._until)
