@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from .hot_counters import HotCounter
+from .hot_counters import HotCounter, HotHistogram
 
 REGISTRY = CollectorRegistry()
 
-RESERVATION_SECONDS = Histogram(
-    "flashsale_reservation_seconds",
-    "Redis reservation + Kafka acknowledgement latency",
-    buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
-    registry=REGISTRY,
-)
 SHED = Counter("flashsale_shed_total", "Requests shed by the in-flight cap", registry=REGISTRY)
 SHARD_STOCK = Gauge(
     "flashsale_shard_stock",
@@ -78,6 +72,12 @@ PURCHASE_GUARDS = HotCounter(
     ("guard",),
     [("sold_out_flag",), ("rate_limit_user",), ("rate_limit_ip",), ("inflight_cap",)],
 )
+RESERVATION_SECONDS = HotHistogram(
+    "flashsale_reservation_seconds",
+    "Redis reservation + Kafka acknowledgement latency",
+    (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+REGISTRY.register(RESERVATION_SECONDS)
 REGISTRY.register(PURCHASE_OUTCOMES)
 REGISTRY.register(PURCHASE_GUARDS)
 
