@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import hmac
 
 import msgspec
@@ -49,7 +50,7 @@ def _b64decode(segment: str) -> bytes:
 
 class HS256Fast:
     def __init__(self, secret: str, leeway_s: float) -> None:
-        self._key = secret.encode()
+        self._keyed = hmac.new(secret.encode(), digestmod=hashlib.sha256)
         self._leeway = leeway_s
 
     def verify(self, token: str, now: float) -> tuple[int, float] | None:
@@ -63,8 +64,9 @@ class HS256Fast:
         payload, dot, signature = rest.partition(".")
         if not dot or "=" in signature or "." in signature:
             return None
-        # hmac.digest is OpenSSL's one-shot HMAC: ~1 µs against ~7 µs for an hmac.new object.
-        expected = hmac.digest(self._key, f"{header}.{payload}".encode(), "sha256")
+        mac = self._keyed.copy()  # the key's pads are computed once, not per token (~1 µs)
+        mac.update(f"{header}.{payload}".encode())
+        expected = mac.digest()
         try:
             given = _b64decode(signature)
         except (binascii.Error, ValueError):
