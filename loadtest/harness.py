@@ -7,6 +7,7 @@ competes with the server, as it does on any 2-core machine, and the figures say 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -22,7 +23,7 @@ from redis import Redis
 
 from flashsale.config import Settings
 
-from . import machine, redisbench, sale, servers, tokens, wrk
+from . import affinity, machine, redisbench, sale, servers, tokens, wrk
 
 Measured = tuple[dict[str, Any], list[str]]
 
@@ -133,7 +134,13 @@ class Harness:
             ready, env = servers.http_ready(f"{base}/", 410), {}
         else:
             raise ValueError(subject)
-        with servers.running(subject, argv, ready, self.log_dir, core, env) as proc:
+        with contextlib.ExitStack() as pinned:
+            if workers == 1:
+                # The server's core is the server's alone: the stack runs beside the load.
+                pinned.enter_context(affinity.stack_on(self.cfg, {self.opts.load_core}))
+            proc = pinned.enter_context(
+                servers.running(subject, argv, ready, self.log_dir, core, env)
+            )
             yield Served(base, proc.pid)
 
     def set_up_sale(self) -> sale.BenchSale:

@@ -11,7 +11,7 @@ from .postgres import Postgres
 from .processes import StackError
 from .redis_cluster import RedisCluster
 
-__all__ = ["StackError", "down", "status", "up"]
+__all__ = ["StackError", "down", "pids", "status", "up"]
 
 
 def _components(cfg: Settings) -> list[tuple[str, RedisCluster | KafkaBroker | Postgres]]:
@@ -43,3 +43,9 @@ def down(cfg: Settings) -> None:
 
 def status(cfg: Settings) -> dict[str, str]:
     return {name: component.status() for name, component in _components(cfg)}
+
+
+def pids(cfg: Settings) -> list[int]:
+    """The PIDs of the stack's running server processes (not their children)."""
+    found = [proc.pid() for _, component in _components(cfg) for proc in component.processes()]
+    return [pid for pid in found if pid is not None]

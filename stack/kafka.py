@@ -171,6 +171,9 @@ class KafkaBroker:
     def down(self) -> bool:
         return self.proc.stop(timeout=60)
 
+    def processes(self) -> list[Managed]:
+        return [self.proc]
+
     def status(self) -> str:
         pid = self.proc.pid()
         return f"pid {pid}, {self.cfg.kafka_bootstrap}" if pid else "stopped"

@@ -117,6 +117,9 @@ class Postgres:
         # SIGINT is PostgreSQL's "fast" shutdown: roll back sessions, checkpoint, exit.
         return self.proc.stop(signal.SIGINT, timeout=60)
 
+    def processes(self) -> list[Managed]:
+        return [self.proc]
+
     def status(self) -> str:
         pid = self.proc.pid()
         return f"pid {pid}, 127.0.0.1:{self.cfg.pg_port} db {self.database}" if pid else "stopped"

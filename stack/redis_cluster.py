@@ -40,6 +40,9 @@ class RedisCluster:
     def _node(self, address: str) -> Managed:
         return Managed(f"redis-{address.rsplit(':', 1)[1]}", self.cfg.state_dir)
 
+    def processes(self) -> list[Managed]:
+        return [self._node(address) for address in self.nodes]
+
     def up(self) -> None:
         if shutil.which("redis-server") is None:
             raise StackError("redis-server is missing (scripts/bootstrap installs it)")
