@@ -66,6 +66,8 @@ class Settings:
     redis_timeout_ms: int = 250
     kafka_timeout_ms: int = 3000
     inflight_cap: int = 4096
+    # Young-generation GC threshold of a gateway process (CPython's default is 700), see app.py.
+    gc_gen0_threshold: int = 20_000
     user_rate_per_s: float = 5.0
     user_burst: float = 10.0
     ip_rate_per_s: float = 20000.0

@@ -4,6 +4,7 @@ no framework in the way) and hands every other route to a Starlette app."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -94,6 +95,12 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         services = await Services.start(cfg)
         app.state.services = services
         front.purchase = PurchaseHandler(services)
+        # A reservation allocates a few dozen tracked objects that die young: at CPython's
+        # gen0 threshold of 700, collections cost ~5 µs a reservation (in-process, 20,000
+        # orders); at 20,000 ~0.6 µs. What start-up built is frozen: never traversed again.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(cfg.gc_gen0_threshold, 10, 10)
         try:
             yield
         finally:

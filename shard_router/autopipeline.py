@@ -61,13 +61,16 @@ class AutoPipeline:
             raise ShardUnavailable(key, f"no node owns slot {slot}: {exc}") from None
         return str(node.name)
 
-    async def call(self, script: Script, keys: list[str], args: list[Any]) -> Any:
-        """EVALSHA ``script`` on the node owning ``keys``, batched with this tick's calls."""
-        return await self._enqueue(script, keys, args)
+    # call and command hand back the future itself: no coroutine frame per call. No timer per
+    # call either: the batch deadline settles every future of the batch.
 
-    async def command(self, key: str, *command: Any) -> Any:
+    def call(self, script: Script, keys: list[str], args: list[Any]) -> asyncio.Future[Any]:
+        """EVALSHA ``script`` on the node owning ``keys``, batched with this tick's calls."""
+        return self._queue(script, keys, args)
+
+    def command(self, key: str, *command: Any) -> asyncio.Future[Any]:
         """A plain command on ``key``'s node (e.g. an outbox HDEL), batched the same way."""
-        return await self._enqueue(None, [key], list(command))
+        return self._queue(None, [key], list(command))
 
     def commands(self, commands: list[tuple[str, list[Any]]]) -> list[asyncio.Future[Any]]:
         """Many plain commands at once, ``(key, [name, *args])`` each, for a scan: futures, no
@@ -92,10 +95,6 @@ class AutoPipeline:
             self._flush_scheduled = True
             loop.call_soon(self._flush)
         return future
-
-    async def _enqueue(self, script: Script | None, keys: list[str], args: list[Any]) -> Any:
-        # No timer per call: the batch deadline settles every future of the batch.
-        return await self._queue(script, keys, args)
 
     async def close(self) -> None:
         for link in self._links.values():
