@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +22,6 @@ class BatchedAcks(Generic[K]):
         self._what = what
         self._pending: dict[K, list[str]] = defaultdict(list)
         self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
 
     def _queue(self, key: K, order_id: str) -> None:
         self._pending[key].append(order_id)
@@ -31,18 +30,16 @@ class BatchedAcks(Generic[K]):
             asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
+        # No task per key: the auto-pipeline's future is watched by a callback.
         self._scheduled = False
         pending, self._pending = self._pending, defaultdict(list)
         for key, order_ids in pending.items():
-            task = asyncio.ensure_future(self._send_logged(key, order_ids))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._send(key, order_ids).add_done_callback(self._log_failure)
 
-    async def _send_logged(self, key: K, order_ids: list[str]) -> None:
-        try:
-            await self._send(key, order_ids)
-        except Exception as exc:  # noqa: BLE001 - the relay re-sends; the writer dedups
-            log.warning("%s failed for %s: %s", self._what, key, exc)
+    def _log_failure(self, done: asyncio.Future[Any]) -> None:
+        if not done.cancelled() and (exc := done.exception()) is not None:
+            # Harmless: the relay re-sends the entry and the writer deduplicates by orderId.
+            log.warning("%s failed: %s", self._what, exc)
 
-    async def _send(self, key: K, order_ids: list[str]) -> None:
+    def _send(self, key: K, order_ids: list[str]) -> asyncio.Future[Any]:
         raise NotImplementedError

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import msgspec
 
@@ -33,8 +34,8 @@ class OutboxAcker(BatchedAcks[tuple[int, int]]):
     def ack(self, item_id: int, shard: int, order_id: str) -> None:
         self._queue((item_id, shard), order_id)
 
-    async def _send(self, key: tuple[int, int], order_ids: list[str]) -> None:
-        await self.router.ack_outbox(key[0], key[1], order_ids)
+    def _send(self, key: tuple[int, int], order_ids: list[str]) -> asyncio.Future[Any]:
+        return self.router.ack_outbox(key[0], key[1], order_ids)
 
 
 async def relay_once(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import msgspec
 
@@ -33,8 +34,8 @@ class VoucherAcker(BatchedAcks[str]):
     def ack(self, code: str, order_id: str) -> None:
         self._queue(code, order_id)
 
-    async def _send(self, key: str, order_ids: list[str]) -> None:
-        await self.store.ack_outbox(key, order_ids)
+    def _send(self, key: str, order_ids: list[str]) -> asyncio.Future[Any]:
+        return self.store.ack_outbox(key, order_ids)
 
 
 async def relay_vouchers_once(

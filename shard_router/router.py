@@ -189,10 +189,13 @@ class ShardRouter:
         value = await self._with_deadline(self.client.hget(keys.buyers, str(user_id)))
         return value.decode() if value else None
 
-    async def ack_outbox(self, item_id: int, unit_shard: int, order_ids: list[str]) -> None:
-        """Kafka acknowledged these orders: drop them from the shard's outbox."""
+    def ack_outbox(
+        self, item_id: int, unit_shard: int, order_ids: list[str]
+    ) -> asyncio.Future[Any]:
+        """Kafka acknowledged these orders: drop them from the shard's outbox (batched with
+        this tick's calls; the future settles with the batch)."""
         key = shard_keys(item_id, unit_shard).outbox
-        await self.pipeline.command(key, "HDEL", key, *order_ids)
+        return self.pipeline.command(key, "HDEL", key, *order_ids)
 
     async def units_left(self, item_id: int, shards: int) -> int:
         """Units left over every shard of the item (one pipelined GET per shard)."""

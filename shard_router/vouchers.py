@@ -87,11 +87,11 @@ class VoucherStore:
         )
         return bool(released)
 
-    async def ack_outbox(self, code: str, order_ids: list[str]) -> None:
-        """Kafka acknowledged (or the writer stored) these uses: drop their outbox entries."""
-        await self.router._with_deadline(
-            self.router.client.hdel(voucher_keys(code).outbox, *order_ids)
-        )
+    def ack_outbox(self, code: str, order_ids: list[str]) -> asyncio.Future[Any]:
+        """Kafka acknowledged (or the writer stored) these uses: drop their outbox entries
+        (batched with this tick's calls)."""
+        key = voucher_keys(code).outbox
+        return self.router.pipeline.command(key, "HDEL", key, *order_ids)
 
     async def outboxes_in_use(self, codes: list[str]) -> list[str]:
         """The codes whose outbox is not empty: one HLEN each, all sent in the same tick."""
