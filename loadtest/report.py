@@ -153,6 +153,8 @@ def _method(res: store.Results) -> list[str]:
         out += [
             f"- HTTP runs: one server at a time, started for its run and stopped after it, pinned"
             f" to core {s['server_core']}; the load generator pinned to core {s['load_core']}."
+            f" For a single-worker run the stack (Redis, Kafka, PostgreSQL, children and threads)"
+            f" is moved to core {s['load_core']} as well, so the server's core is its own."
             " Within a repeat the subjects of a scenario run back to back, in an order rotated"
             f" every repeat. Every closed-loop run follows a {s['warmup_s']:g} s wrk warm-up.",
             f"- Gateway environment: `{env}` (all load comes from 127.0.0.1, so the per-IP bucket"
