@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 
@@ -13,6 +14,7 @@ class ShardKeys(NamedTuple):
     outbox: str
 
 
+@functools.lru_cache(maxsize=65_536)  # the hot path asks for the same few shards all the time
 def shard_keys(item_id: int, shard: int) -> ShardKeys:
     tag = f"{{item:{item_id}:{shard}}}"
     return ShardKeys(f"{tag}:stock", f"{tag}:buyers", f"{tag}:orders", f"{tag}:outbox")
