@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
@@ -65,6 +66,7 @@ class Catalog:
         self.refresh_s = refresh_s
         self._items: dict[int, Item] = {}
         self._missing: dict[int, float] = {}  # negative cache: unknown ids don't hit the DB
+        self.on_refresh: list[Callable[[], None]] = []  # told after every refresh
 
     def cached(self, item_id: int) -> Item | None:
         return self._items.get(item_id)
@@ -108,6 +110,8 @@ class Catalog:
         fresh = {row["id"]: _item(row) for row in rows}
         self._items.update(fresh)
         self._missing = {k: v for k, v in self._missing.items() if k not in fresh}
+        for listener in self.on_refresh:
+            listener()
 
     async def run(self, stop: asyncio.Event) -> None:
         # A failed refresh keeps serving from the cache.

@@ -24,11 +24,19 @@ class HotCounter(Collector):
         self.documentation = documentation
         self.labels = labels
         self.counts: dict[tuple[str, ...], int] = dict.fromkeys(keys, 0)
+        self._mirrors: dict[tuple[str, ...], tuple[HotCounter, tuple[str, ...]]] = {}
+
+    def mirror(self, key: tuple[str, ...], source: HotCounter, source_key: tuple[str, ...]) -> None:
+        """Export ``key`` as ``source``'s count of ``source_key`` too (two series bumped by the
+        same event cost one increment on the hot path)."""
+        self._mirrors[key] = (source, source_key)
 
     def collect(self) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(self.name, self.documentation, labels=list(self.labels))
         for key, value in self.counts.items():
-            family.add_metric(list(key), value)
+            mirrored = self._mirrors.get(key)
+            extra = mirrored[0].counts[mirrored[1]] if mirrored else 0
+            family.add_metric(list(key), value + extra)
         yield family
 
 

@@ -78,6 +78,8 @@ RESERVATION_SECONDS = HotHistogram(
     (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
 )
 REGISTRY.register(RESERVATION_SECONDS)
+# Every 410 from the flag is also a guard hit: counted once, exported in both series.
+PURCHASE_GUARDS.mirror(("sold_out_flag",), PURCHASE_OUTCOMES, ("sold_out_flag",))
 REGISTRY.register(PURCHASE_OUTCOMES)
 REGISTRY.register(PURCHASE_GUARDS)
 

@@ -48,14 +48,17 @@ class Services:
         router = ShardRouter(cfg)
         await router.start()
         voucher_store = VoucherStore(router)
+        catalog = Catalog(pool, cfg.item_cache_seconds)
+        flags = SoldOutFlags(cfg.sold_out_flag_ttl_ms / 1000, catalog.cached)
+        catalog.on_refresh.append(flags.revalidate)
         services = cls(
             cfg=cfg,
             pool=pool,
-            catalog=Catalog(pool, cfg.item_cache_seconds),
+            catalog=catalog,
             router=router,
             producer=OrderProducer(cfg),
             acker=OutboxAcker(router),
-            flags=SoldOutFlags(cfg.sold_out_flag_ttl_ms / 1000),
+            flags=flags,
             verifier=TokenVerifier(cfg),
             user_buckets=TokenBuckets(cfg.user_rate_per_s, cfg.user_burst),
             ip_buckets=TokenBuckets(cfg.ip_rate_per_s, cfg.ip_burst),

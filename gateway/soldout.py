@@ -11,25 +11,29 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Callable
 
 from redis.asyncio import Redis
 
 from shard_router import ShardRouter, ShardUnavailable
 from shard_router.stock_events import CHANNEL
 
-from .catalog import Catalog
+from .catalog import Catalog, Item
 from .paths import purchase_path
 
 log = logging.getLogger(__name__)
 
 
 class SoldOutFlags:
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, item_of: Callable[[int], Item | None]) -> None:
         self.ttl_s = ttl_s
+        self._item_of = item_of
         self._until: dict[int, float] = {}
-        # The purchase path of every flagged item, so the front answers a flagged item's
-        # requests from one dict lookup, before any routing (see gateway/app.py).
-        self.by_path: dict[str, int] = {}
+        # purchase path → monotonic deadline of the flag's 410, for items that are open: the
+        # front answers those with one lookup and one clock read (see gateway/app.py). The
+        # deadline is the flag's, capped at the sale's end; revalidate() redoes it whenever
+        # the catalog changes, so a paused or rescheduled item leaves the index then.
+        self.by_path: dict[str, float] = {}
 
     def is_sold_out(self, item_id: int) -> bool:
         until = self._until.get(item_id)
@@ -37,7 +41,7 @@ class SoldOutFlags:
 
     def mark(self, item_id: int) -> None:
         self._until[item_id] = time.monotonic() + self.ttl_s
-        self.by_path[purchase_path(item_id)] = item_id
+        self._index(item_id)
 
     def clear(self, item_id: int) -> None:
         self._until.pop(item_id, None)
@@ -45,6 +49,21 @@ class SoldOutFlags:
 
     def flagged(self) -> list[int]:
         return list(self._until)
+
+    def revalidate(self) -> None:
+        """The catalog changed: re-derive every indexed path from the item as it is now."""
+        for item_id in list(self._until):
+            self._index(item_id)
+
+    def _index(self, item_id: int) -> None:
+        path = purchase_path(item_id)
+        until = self._until.get(item_id)
+        item = self._item_of(item_id)
+        now = time.time()
+        if until is None or item is None or not item.is_open(now):
+            self.by_path.pop(path, None)
+            return
+        self.by_path[path] = min(until, time.monotonic() + (item.ends_at - now))
 
 
 async def keep_fresh(
