@@ -47,7 +47,7 @@ class OrderProducer:
                 # librdkafka does not default to idempotence: set it, so a retried batch is not
                 # written twice by the broker.
                 "enable.idempotence": True,
-                "linger.ms": 2,
+                "linger.ms": cfg.kafka_linger_ms,
                 "batch.num.messages": 10000,
                 "queue.buffering.max.messages": 100_000,  # bounded memory: beyond it, NeverSent
                 "message.timeout.ms": cfg.kafka_timeout_ms,
