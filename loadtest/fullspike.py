@@ -18,21 +18,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from flashsale.config import Settings
 from shard_router import shard_keys
 
 from . import sale, servers, tokens, wrk
+from .topics import own_topics
 
 POLL_S = 0.05
 ARM_TIMEOUT_S = 60.0
@@ -95,29 +92,6 @@ def settings(plan: Plan) -> dict[str, Any]:
         "poll_s": POLL_S,
         "gateway_env": GATEWAY_ENV,
     }
-
-
-@contextmanager
-def _topics(cfg: Settings) -> Iterator[dict[str, str]]:
-    tag = uuid.uuid4().hex[:12]
-    names = {"orders": f"bench.spike.orders.{tag}", "deadletter": f"bench.spike.dl.{tag}"}
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
-    wanted = [
-        NewTopic(names["orders"], cfg.orders_partitions, 1),
-        NewTopic(names["deadletter"], 1, 1),
-    ]
-    for future in admin.create_topics(wanted, operation_timeout=10).values():
-        future.result(timeout=30)
-    try:
-        yield {
-            "FLASHSALE_ORDERS_TOPIC": names["orders"],
-            "FLASHSALE_DEADLETTER_TOPIC": names["deadletter"],
-            "FLASHSALE_WRITER_GROUP": f"bench-spike-writer-{tag}",
-            "FLASHSALE_WRITER_STREAMS": "orders",
-        }
-    finally:
-        for future in admin.delete_topics(list(names.values()), operation_timeout=10).values():
-            future.exception(timeout=30)
 
 
 def _create_sale(base: str, units: int, shards: int) -> tuple[sale.Item, sale.Item]:
@@ -209,7 +183,7 @@ def run_once(
     port = servers.free_port(set())
     base = f"http://127.0.0.1:{port}"
     token_file = tokens.write(cfg, workdir / "spike.tokens", buyers.take(plan.buyers))
-    with _topics(cfg) as env:
+    with own_topics(cfg, "spike") as env:
         writer_argv = [sys.executable, "-m", "writer", "--metrics-port", "-1"]
         gateway_env = {**GATEWAY_ENV, **env, "FLASHSALE_GATEWAY_PORT": str(port)}
         gateway_ready = servers.http_ready(f"{base}/readyz", 200)

@@ -23,7 +23,7 @@ from redis import Redis
 
 from flashsale.config import Settings
 
-from . import affinity, machine, redisbench, sale, servers, tokens, wrk
+from . import affinity, machine, redisbench, sale, servers, tokens, topics, wrk
 
 Measured = tuple[dict[str, Any], list[str]]
 
@@ -97,6 +97,8 @@ class Harness:
     buyers: tokens.BuyerIds = field(default_factory=tokens.BuyerIds)
     bench_sale: sale.BenchSale | None = None
     shards: sale.Shards | None = None
+    _topics: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+    _topic_env: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         taken: set[int] = set()
@@ -118,17 +120,20 @@ class Harness:
     @contextmanager
     def server(self, subject: str, workers: int = 1) -> Iterator[Served]:
         port, base, core = self.ports[subject], self.base(subject), self.cores(workers)[0]
+        if self._topic_env is None:
+            # The gateways' orders go to a topic of the benchmark's own (see topics.py).
+            self._topic_env = self._topics.enter_context(topics.own_topics(self.cfg, "http"))
         if subject == "gateway":
             argv = servers.gateway_argv(port, workers)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**GATEWAY_ENV, "FLASHSALE_GATEWAY_PORT": str(port)}
+            env = {**GATEWAY_ENV, **self._topic_env, "FLASHSALE_GATEWAY_PORT": str(port)}
         elif subject == "bare_asgi":
             argv = servers.granian_argv("loadtest.baselines.bare_asgi:app", port)
             ready, env = servers.http_ready(f"{base}/", 410), {}
         elif subject == "naive":
             argv = servers.granian_argv("loadtest.baselines.naive_gateway:app", port)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {"LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
+            env = {**self._topic_env, "LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
         elif subject == "nginx":
             argv = servers.nginx_argv(port, self.workdir / "nginx")
             ready, env = servers.http_ready(f"{base}/", 410), {}
@@ -349,7 +354,8 @@ class Harness:
         raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
 
     def close(self) -> None:
-        """Delete every key of the benchmark's items (the stack's Redis is shared)."""
+        """Delete every key of the benchmark's items and its topics (the stack is shared)."""
+        self._topics.close()
         if self.shards is None:
             return
         if self.bench_sale is not None:
