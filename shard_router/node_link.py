@@ -69,6 +69,9 @@ class NodeLink(asyncio.Protocol):
             self._transport.write(batch.payload)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        if self.closed:  # given up (its deadline passed) while it was connecting
+            transport.abort()  # type: ignore[attr-defined]
+            return
         # uvloop's transports do not subclass asyncio.Transport, but are one.
         self._transport = cast(asyncio.Transport, transport)
         unsent, self._unsent = self._unsent, []
