@@ -55,10 +55,6 @@ class NodeLink(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self.closed = False
 
-    @property
-    def connected(self) -> bool:
-        return self._transport is not None
-
     def send(self, batch: Batch) -> None:
         if self.closed:
             self._on_lost(batch, RedisConnectionError("connection closed"))
