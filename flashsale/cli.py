@@ -10,17 +10,17 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from .config import Settings, settings
+from kernel.settings import Settings, settings
 
 Handler = Callable[[argparse.Namespace, Settings], int]
 
 
 def _stack(args: argparse.Namespace, cfg: Settings) -> int:
-    import stack
+    from flashsale import stack
 
     if args.action == "up":
         took = stack.up(cfg)
-        from .migrate import migrate
+        from flashsale.migrate import migrate
 
         applied = migrate(cfg)
         print(f"stack: up in {took:.1f}s; migrations applied: {applied or 'none pending'}")
@@ -33,7 +33,7 @@ def _stack(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def _print_status(cfg: Settings) -> None:
-    import stack
+    from flashsale import stack
 
     for name, state in stack.status(cfg).items():
         print(f"  {name:<9} {state}")
@@ -41,7 +41,7 @@ def _print_status(cfg: Settings) -> None:
 
 
 def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
-    from .migrate import migrate
+    from flashsale.migrate import migrate
 
     applied = migrate(cfg)
     print(f"migrations applied: {applied or 'none pending'}")
@@ -91,8 +91,8 @@ def _sale(args: argparse.Namespace, cfg: Settings) -> int:
 
     import msgspec
 
-    from flashsale.sales import NewItem, NewSale, create_sale
-    from jobs.arm import arm_sale
+    from domain.arm import arm_sale
+    from domain.sales import NewItem, NewSale, create_sale
 
     async def work(pool: Any, router: Any) -> int:
         if args.action == "create":
@@ -194,10 +194,10 @@ def _voucher(args: argparse.Namespace, cfg: Settings) -> int:
 
     import msgspec
 
-    from flashsale.vouchers import NewVoucher, VoucherExists, create_voucher
-    from jobs.errors import NotReady
+    from domain.errors import NotReady
+    from domain.voucher_arm import arm_voucher
+    from domain.vouchers import NewVoucher, VoucherExists, create_voucher
     from jobs.reconcile import writer_lag
-    from jobs.voucher_arm import arm_voucher
     from jobs.voucher_reconcile import reconcile_voucher, render_voucher_table
     from shard_router import VoucherStore
 
@@ -253,7 +253,7 @@ def _voucher(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def _demo(args: argparse.Namespace, cfg: Settings) -> int:
-    from .demo import run_demo
+    from flashsale.demo import run_demo
 
     return run_demo(cfg, buyers=args.buyers, units=args.units, shards=args.shards)
 

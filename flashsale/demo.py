@@ -24,9 +24,8 @@ import uvloop
 
 from gateway.auth import sign_token
 from jobs.reconcile import reconcile, render_table
+from kernel.settings import PROJECT_ROOT, Settings
 from shard_router import ShardRouter
-
-from .config import PROJECT_ROOT, Settings
 
 DEMO_PORT = 18188
 

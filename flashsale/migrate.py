@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from yoyo import get_backend, read_migrations
 
-from .config import PROJECT_ROOT, Settings
+from kernel.settings import PROJECT_ROOT, Settings
 
 MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
 

@@ -7,7 +7,7 @@ import argparse
 from granian.constants import Interfaces, Loops
 from granian.server import Server
 
-from flashsale.config import settings
+from kernel.settings import settings
 
 
 def main() -> None:

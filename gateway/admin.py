@@ -5,15 +5,14 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from flashsale.sales import create_sale, decode_new_sale
-from jobs.arm import arm_sale
-from jobs.errors import NotReady
+from domain.arm import arm_sale
+from domain.errors import NotReady
+from domain.sales import create_sale, decode_new_sale
+from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.requests import admin, decode_body
+from gateway.responses import json_response
 from shard_router import ShardUnavailable
 from shard_router.stock_events import publish
-
-from .errors import Conflict, NotFound, Unavailable
-from .requests import admin, decode_body
-from .responses import json_response
 
 MAX_BODY = 1 << 20
 

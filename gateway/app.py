@@ -16,15 +16,14 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from flashsale.config import Settings, settings
-
-from . import admin, metrics, orders, voucher_admin, vouchers
-from .catalog import CatalogUnavailable
-from .errors import ApiError, Unavailable
-from .paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
-from .purchase import PurchaseHandler
-from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, json_response
-from .services import Services
+from gateway import admin, metrics, orders, voucher_admin, vouchers
+from gateway.catalog import CatalogUnavailable
+from gateway.errors import ApiError, Unavailable
+from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
+from gateway.purchase import PurchaseHandler
+from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, json_response
+from gateway.services import Services
+from kernel.settings import Settings, settings
 
 log = logging.getLogger(__name__)
 # The flag's answer as ready-made ASGI messages (a server only reads them).

@@ -1,5 +1,5 @@
 """The ASGI application object granian imports in each worker."""
 
-from .app import build_app
+from gateway.app import build_app
 
 app = build_app()

@@ -8,10 +8,9 @@ import time
 
 import jwt
 
-from flashsale.config import Settings
-
-from .errors import Unauthorized
-from .hs256 import HS256Fast, Rejected
+from gateway.errors import Unauthorized
+from gateway.hs256 import HS256Fast, Rejected
+from kernel.settings import Settings
 
 _ASYMMETRIC = ("RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256")
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import asyncpg
 
-from flashsale.periodic import run_every
+from kernel.periodic import run_every
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
-from .hot_counters import HotCounter, HotHistogram
+from gateway.hot_counters import HotCounter, HotHistogram
 
 REGISTRY = CollectorRegistry()
 

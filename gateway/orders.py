@@ -7,14 +7,13 @@ import uuid
 from starlette.requests import Request
 from starlette.responses import Response
 
-from flashsale.order_ids import item_of
-from jobs.lifecycle import PayResult, cancel, order_status, pay, release_units
+from domain.order_lifecycle import PayResult, cancel, order_status, pay, release_units
+from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.responses import json_response
+from gateway.services import Services
+from kernel.ids import item_of
 from shard_router import ShardUnavailable
 from shard_router.stock_events import publish
-
-from .errors import Conflict, NotFound, Unavailable
-from .responses import json_response
-from .services import Services
 
 
 def _services(request: Request) -> Services:

@@ -14,16 +14,15 @@ from typing import Any
 
 import msgspec
 
-from flashsale.config import Settings
-from flashsale.events import OrderPlaced, decode
-from flashsale.periodic import run_every
-from flashsale.round_robin import RoundRobin
+from gateway.acks import BatchedAcks
+from gateway.catalog import Catalog
+from gateway.metrics import RELAYED
+from gateway.producer import OrderProducer
+from kernel.events import OrderPlaced, decode
+from kernel.periodic import run_every
+from kernel.round_robin import RoundRobin
+from kernel.settings import Settings
 from shard_router import ShardRouter
-
-from .acks import BatchedAcks
-from .catalog import Catalog
-from .metrics import RELAYED
-from .producer import OrderProducer
 
 
 class OutboxAcker(BatchedAcks[tuple[int, int]]):

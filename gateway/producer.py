@@ -18,7 +18,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException, Producer
 
-from flashsale.config import Settings
+from kernel.settings import Settings
 
 
 class NeverSent(Exception):

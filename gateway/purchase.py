@@ -12,15 +12,9 @@ import logging
 import time
 from typing import Any
 
-from flashsale.events import OrderPlaced, encode
-from flashsale.failpoints import failpoint
-from flashsale.order_ids import new_order_id
-from shard_router import Outcome, ShardUnavailable, home_shard
-from shard_router.stock_events import publish
-
-from . import metrics
-from .catalog import CatalogUnavailable, Item
-from .errors import (
+from gateway import metrics
+from gateway.catalog import CatalogUnavailable, Item
+from gateway.errors import (
     ApiError,
     Conflict,
     NotFound,
@@ -29,11 +23,16 @@ from .errors import (
     SoldOut,
     Unavailable,
 )
-from .producer import NeverSent, OutcomeUnknown
-from .ratelimit import retry_after_seconds
-from .responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
-from .responses import encode as encode_json
-from .services import Services
+from gateway.producer import NeverSent, OutcomeUnknown
+from gateway.ratelimit import retry_after_seconds
+from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
+from gateway.responses import encode as encode_json
+from gateway.services import Services
+from kernel.events import OrderPlaced, encode
+from kernel.failpoints import failpoint
+from kernel.ids import new_order_id
+from shard_router import Outcome, ShardUnavailable, home_shard
+from shard_router.stock_events import publish
 
 log = logging.getLogger(__name__)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]

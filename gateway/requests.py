@@ -9,8 +9,8 @@ from typing import TypeVar
 import msgspec
 from starlette.requests import Request
 
-from .errors import BadRequest, Unauthorized
-from .services import Services
+from gateway.errors import BadRequest, Unauthorized
+from gateway.services import Services
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from starlette.responses import Response
 
-from .errors import ApiError, SoldOut
+from gateway.errors import ApiError, SoldOut
 
 encode = msgspec.json.Encoder().encode
 

@@ -8,17 +8,16 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from flashsale.config import Settings
+from gateway.auth import TokenVerifier
+from gateway.catalog import Catalog
+from gateway.outbox import OutboxAcker, run_relay
+from gateway.producer import OrderProducer
+from gateway.ratelimit import TokenBuckets
+from gateway.soldout import SoldOutFlags, keep_fresh, listen
+from gateway.voucher_catalog import OutOfStockFlags, VoucherCatalog
+from gateway.voucher_outbox import VoucherAcker, run_voucher_relay
+from kernel.settings import Settings
 from shard_router import ShardRouter, VoucherStore
-
-from .auth import TokenVerifier
-from .catalog import Catalog
-from .outbox import OutboxAcker, run_relay
-from .producer import OrderProducer
-from .ratelimit import TokenBuckets
-from .soldout import SoldOutFlags, keep_fresh, listen
-from .voucher_catalog import OutOfStockFlags, VoucherCatalog
-from .voucher_outbox import VoucherAcker, run_voucher_relay
 
 
 @dataclass

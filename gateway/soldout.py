@@ -15,11 +15,10 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
+from gateway.catalog import Catalog, Item
+from gateway.paths import purchase_path
 from shard_router import ShardRouter, ShardUnavailable
 from shard_router.stock_events import CHANNEL
-
-from .catalog import Catalog, Item
-from .paths import purchase_path
 
 log = logging.getLogger(__name__)
 

@@ -9,21 +9,20 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from flashsale.vouchers import (
+from domain.errors import NotReady
+from domain.voucher_arm import ArmedVoucher, arm_voucher
+from domain.vouchers import (
     Voucher,
     VoucherExists,
     create_voucher,
     decode_new_voucher,
     valid_code,
 )
-from jobs.errors import NotReady
-from jobs.voucher_arm import ArmedVoucher, arm_voucher
+from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.requests import admin, decode_body
+from gateway.responses import json_response
+from gateway.services import Services
 from shard_router import ShardUnavailable
-
-from .errors import Conflict, NotFound, Unavailable
-from .requests import admin, decode_body
-from .responses import json_response
-from .services import Services
 
 MAX_BODY = 64 * 1024
 

@@ -14,8 +14,8 @@ import time
 
 import asyncpg
 
-from flashsale.periodic import run_every
-from flashsale.vouchers import SELECT_VOUCHER, Voucher, voucher_of
+from domain.vouchers import SELECT_VOUCHER, Voucher, voucher_of
+from kernel.periodic import run_every
 
 log = logging.getLogger(__name__)
 

@@ -14,16 +14,15 @@ from typing import Any
 
 import msgspec
 
-from flashsale.config import Settings
-from flashsale.events import VoucherReserved, decode
-from flashsale.periodic import run_every
-from flashsale.round_robin import RoundRobin
+from gateway.acks import BatchedAcks
+from gateway.metrics import RELAYED
+from gateway.producer import OrderProducer
+from gateway.voucher_catalog import VoucherCatalog
+from kernel.events import VoucherReserved, decode
+from kernel.periodic import run_every
+from kernel.round_robin import RoundRobin
+from kernel.settings import Settings
 from shard_router.vouchers import VoucherStore
-
-from .acks import BatchedAcks
-from .metrics import RELAYED
-from .producer import OrderProducer
-from .voucher_catalog import VoucherCatalog
 
 
 class VoucherAcker(BatchedAcks[str]):

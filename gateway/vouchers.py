@@ -24,9 +24,8 @@ import asyncpg
 from starlette.requests import Request
 from starlette.responses import Response
 
-from flashsale.events import VoucherReserved, encode
-from flashsale.failpoints import failpoint
-from flashsale.vouchers import (
+from domain.voucher_lifecycle import Transition, confirm, release, reserve_ordinary
+from domain.vouchers import (
     Outcome,
     ReservationRequest,
     Voucher,
@@ -34,15 +33,15 @@ from flashsale.vouchers import (
     valid_code,
     valid_order_id,
 )
-from jobs.voucher_lifecycle import Transition, confirm, release, reserve_ordinary
+from gateway import metrics
+from gateway.errors import ApiError, Conflict, NotEligible, NotFound, Unavailable
+from gateway.producer import NeverSent, OutcomeUnknown
+from gateway.requests import decode_body, require_bearer
+from gateway.responses import json_response
+from gateway.services import Services
+from kernel.events import VoucherReserved, encode
+from kernel.failpoints import failpoint
 from shard_router import ShardUnavailable
-
-from . import metrics
-from .errors import ApiError, Conflict, NotEligible, NotFound, Unavailable
-from .producer import NeverSent, OutcomeUnknown
-from .requests import decode_body, require_bearer
-from .responses import json_response
-from .services import Services
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -10,12 +10,11 @@ import logging
 
 import asyncpg
 
-from flashsale.periodic import run_every
+from domain.order_lifecycle import expire_due, release_units
+from domain.voucher_lifecycle import expire_due_vouchers, release_uses
+from kernel.periodic import run_every
 from shard_router import ShardRouter, VoucherStore
 from shard_router.stock_events import publish
-
-from .lifecycle import expire_due, release_units
-from .voucher_lifecycle import expire_due_vouchers, release_uses
 
 log = logging.getLogger(__name__)
 

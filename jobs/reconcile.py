@@ -19,11 +19,10 @@ from dataclasses import dataclass, field
 import asyncpg
 from confluent_kafka import Consumer, TopicPartition
 
-from flashsale.config import Settings
+from domain.arm import arm_item
+from domain.order_lifecycle import Ended, release_units
+from kernel.settings import Settings
 from shard_router import ShardRouter
-
-from .arm import arm_item
-from .lifecycle import Ended, release_units
 
 
 @dataclass

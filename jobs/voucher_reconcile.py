@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 
 import asyncpg
 
-from flashsale.config import Settings
+from domain.voucher_lifecycle import ACTIVE, EndedUse, release_uses
+from jobs.reconcile import writer_lag
+from kernel.settings import Settings
 from shard_router.vouchers import VoucherStore
-
-from .reconcile import writer_lag
-from .voucher_lifecycle import ACTIVE, EndedUse, release_uses
 
 
 @dataclass

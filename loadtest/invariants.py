@@ -20,8 +20,8 @@ from typing import NamedTuple
 
 import asyncpg
 
-from flashsale.config import Settings
 from jobs.reconcile import ItemReport, reconcile, writer_lag
+from kernel.settings import Settings
 from shard_router import ShardRouter
 
 DRAIN_TIMEOUT_S = 120.0

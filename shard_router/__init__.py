@@ -2,10 +2,16 @@
 runs the lua/ scripts there, auto-pipelined per node, each call under a deadline; flash voucher
 uses live under ``{voucher:<code>}`` (VoucherStore)."""
 
-from .errors import ShardUnavailable
-from .keys import ShardKeys, home_shard, shard_keys
-from .router import Outcome, Reservation, ShardRouter, ShardState, make_client
-from .vouchers import VoucherKeys, VoucherReservation, VoucherState, VoucherStore, voucher_keys
+from kernel.errors import ShardUnavailable
+from shard_router.keys import ShardKeys, home_shard, shard_keys
+from shard_router.router import Outcome, Reservation, ShardRouter, ShardState, make_client
+from shard_router.vouchers import (
+    VoucherKeys,
+    VoucherReservation,
+    VoucherState,
+    VoucherStore,
+    voucher_keys,
+)
 
 __all__ = [
     "Outcome",

@@ -24,10 +24,10 @@ import hiredis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, TryAgainError
 
-from .breaker import Breaker
-from .errors import ShardUnavailable
-from .node_link import Batch, NodeLink
-from .scripts import ALL, Script
+from kernel.errors import ShardUnavailable
+from shard_router.breaker import Breaker
+from shard_router.node_link import Batch, NodeLink
+from shard_router.scripts import ALL, Script
 
 # (script, keys, args, future); a plain command is queued with script None and its whole
 # argument list (command name first) in ``args``.

@@ -11,13 +11,12 @@ from typing import Any
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
-from flashsale.config import Settings
-
-from . import scripts
-from .autopipeline import AutoPipeline
-from .breaker import Breaker
-from .errors import ShardUnavailable
-from .keys import borrow_order, home_shard, shard_keys
+from kernel.errors import ShardUnavailable
+from kernel.settings import Settings
+from shard_router import scripts
+from shard_router.autopipeline import AutoPipeline
+from shard_router.breaker import Breaker
+from shard_router.keys import borrow_order, home_shard, shard_keys
 
 
 class Outcome(enum.Enum):

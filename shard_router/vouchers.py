@@ -11,10 +11,9 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from flashsale.vouchers import Outcome
-
-from . import scripts
-from .router import ShardRouter
+from domain.vouchers import Outcome
+from shard_router import scripts
+from shard_router.router import ShardRouter
 
 
 class VoucherKeys(NamedTuple):

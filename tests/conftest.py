@@ -8,9 +8,9 @@ import asyncpg
 import pytest
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-import stack
-from flashsale.config import Settings, settings
+from flashsale import stack
 from flashsale.migrate import migrate
+from kernel.settings import Settings, settings
 
 
 @pytest.fixture(scope="session")

@@ -6,9 +6,8 @@ import argparse
 import logging
 import sys
 
-from flashsale.config import settings
-
-from .app import main
+from kernel.settings import settings
+from writer.app import main
 
 
 def cli() -> int:

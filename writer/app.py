@@ -13,17 +13,16 @@ from typing import Any
 import asyncpg
 import uvloop
 
-from flashsale.config import Settings
+from kernel.settings import Settings
 from shard_router import ShardRouter
-
-from . import metrics
-from .consumer import OrderWriter, WriterStats
-from .deadletter import DeadLetterProducer
-from .errors import WriterError
-from .metrics import METRICS_PORT
-from .retry import Backoff, redis_retriable, retrying
-from .sink import Sink
-from .source import OrderSource
+from writer import metrics
+from writer.consumer import OrderWriter, WriterStats
+from writer.deadletter import DeadLetterProducer
+from writer.errors import WriterError
+from writer.metrics import METRICS_PORT
+from writer.retry import Backoff, redis_retriable, retrying
+from writer.sink import Sink
+from writer.source import OrderSource
 
 log = logging.getLogger(__name__)
 

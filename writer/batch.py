@@ -15,8 +15,8 @@ from datetime import UTC, datetime
 
 import msgspec
 
-from flashsale.events import OrderPlaced, VoucherReserved, decode
-from flashsale.vouchers import valid_code, valid_order_id
+from domain.vouchers import valid_code, valid_order_id
+from kernel.events import OrderPlaced, VoucherReserved, decode
 
 _BIGINT = (-(2**63), 2**63 - 1)
 _SMALLINT = (0, 2**15 - 1)

@@ -26,17 +26,16 @@ from collections import Counter, defaultdict
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 
-from flashsale.failpoints import failpoint
+from kernel.failpoints import failpoint
 from shard_router import ShardRouter, VoucherStore
-
-from . import metrics
-from .batch import DeadLetter, Order, Record, Redemption, parse
-from .deadletter import DeadLetterProducer
-from .errors import DeadLetterUndelivered
-from .retry import Backoff, db_rejected, db_retriable, never, redis_retriable, retrying
-from .sink import Decision, Fate, Sink, SinkResult
-from .source import OrderSource
-from .voucher_sink import RELEASED_FATES, VoucherDecision, VoucherFate
+from writer import metrics
+from writer.batch import DeadLetter, Order, Record, Redemption, parse
+from writer.deadletter import DeadLetterProducer
+from writer.errors import DeadLetterUndelivered
+from writer.retry import Backoff, db_rejected, db_retriable, never, redis_retriable, retrying
+from writer.sink import Decision, Fate, Sink, SinkResult
+from writer.source import OrderSource
+from writer.voucher_sink import RELEASED_FATES, VoucherDecision, VoucherFate
 
 log = logging.getLogger(__name__)
 

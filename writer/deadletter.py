@@ -16,9 +16,8 @@ from typing import Any
 import msgspec
 from confluent_kafka import KafkaException, Producer
 
-from flashsale.config import Settings
-
-from .batch import DeadLetter
+from kernel.settings import Settings
+from writer.batch import DeadLetter
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,8 @@ import asyncpg
 from redis.exceptions import RedisError
 
 from shard_router import ShardUnavailable
-
-from . import metrics
-from .errors import RetriesExhausted, WriterError
+from writer import metrics
+from writer.errors import RetriesExhausted, WriterError
 
 log = logging.getLogger(__name__)
 

@@ -29,11 +29,10 @@ from typing import Any
 
 import asyncpg
 
-from flashsale.failpoints import failpoint
-
-from .batch import Order, Redemption
-from .errors import RaceLost
-from .voucher_sink import VoucherDecision, VoucherFate, write_redemptions
+from kernel.failpoints import failpoint
+from writer.batch import Order, Redemption
+from writer.errors import RaceLost
+from writer.voucher_sink import VoucherDecision, VoucherFate, write_redemptions
 
 TRANSACTION_TIMEOUT_S = 30.0
 ACQUIRE_TIMEOUT_S = 10.0

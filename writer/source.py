@@ -20,10 +20,9 @@ from typing import Any, TypeVar
 
 from confluent_kafka import OFFSET_INVALID, Consumer, KafkaError, KafkaException, TopicPartition
 
-from flashsale.config import Settings
-
-from . import metrics
-from .batch import Record
+from kernel.settings import Settings
+from writer import metrics
+from writer.batch import Record
 
 log = logging.getLogger(__name__)
 

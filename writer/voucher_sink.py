@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .batch import Redemption
-from .errors import RaceLost
+from writer.batch import Redemption
+from writer.errors import RaceLost
 
 _LOCK_VOUCHERS = """
 SELECT code, total_limit, used_count, per_customer_limit FROM voucher

@@ -24,9 +24,9 @@ import msgspec
 from confluent_kafka import Producer
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from flashsale.config import Settings, settings
-from flashsale.events import OrderPlaced, encode
-from flashsale.order_ids import new_order_id
+from kernel.events import OrderPlaced, encode
+from kernel.ids import new_order_id
+from kernel.settings import Settings, settings
 from shard_router import home_shard, shard_keys
 from shard_router.scripts import RESERVE
 

@@ -1,0 +1,250 @@
+"""Voucher reservations in PostgreSQL: the ordinary (non-flash) reserve, confirm, release and
+expiry. Every transition is one ``UPDATE … RETURNING`` (two callers racing on one reservation
+see one winner), and ``used_count`` moves in the same transaction as the status. A flash use
+goes back to Redis only after the transaction that ended it committed.
+
+``used_count`` counts the RESERVED and CONFIRMED uses of a voucher; the table's CHECK keeps it
+within ``[0, total_limit]``.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+import asyncpg
+
+from domain.vouchers import Outcome, ReservationRequest
+from shard_router import ShardUnavailable
+from shard_router.vouchers import VoucherStore
+
+log = logging.getLogger(__name__)
+
+ACTIVE = ("RESERVED", "CONFIRMED")
+
+_LOCK = """
+select discount_amount, per_customer_limit, is_flash from voucher where code = $1 for update
+"""
+# Read after the lock, so both see every reservation committed before it was granted.
+_EXISTING = """
+select (select row(voucher_code, customer_id, status, discount_amount)
+        from voucher_redemption where order_id = $2) as existing,
+       (select count(*) from voucher_redemption
+        where voucher_code = $1 and customer_id = $3 and status in ('RESERVED', 'CONFIRMED'))
+        as active
+"""
+_TAKE = """
+with taken as (
+    update voucher set used_count = used_count + 1
+    where code = $1 and used_count < total_limit
+    returning code
+)
+insert into voucher_redemption
+    (voucher_code, order_id, customer_id, order_amount, discount_amount, status,
+     reserved_at, expires_at)
+select code, $2, $3, $4, $5, 'RESERVED', now(), now() + make_interval(secs => $6) from taken
+returning id
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    outcome: Outcome
+    discount_amount: int = 0
+
+
+def _replay_of(existing: asyncpg.Record | None, code: str, customer_id: int) -> Reserved | None:
+    """The answer an orderId that is already stored gets, or None when it is new."""
+    if existing is None:
+        return None
+    stored_code, stored_customer, status, discount = existing
+    if stored_code != code or stored_customer != customer_id:
+        return Reserved(Outcome.ORDER_ID_CONFLICT)
+    if status in ACTIVE:
+        return Reserved(Outcome.REPLAY, discount)
+    return Reserved(Outcome.ENDED)
+
+
+async def reserve_ordinary(
+    pool: asyncpg.Pool, code: str, request: ReservationRequest, hold_seconds: int
+) -> Reserved:
+    """One transaction: lock the voucher row, the orderId's first answer, the customer's count,
+    the guarded ``used_count`` advance and the redemption row."""
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            voucher = await conn.fetchrow(_LOCK, code)
+            if voucher is None:
+                return Reserved(Outcome.NOT_FOUND)
+            row = await conn.fetchrow(_EXISTING, code, request.order_id, request.customer_id)
+            replay = _replay_of(row["existing"], code, request.customer_id)
+            if replay is not None:
+                return replay
+            if row["active"] >= voucher["per_customer_limit"]:
+                return Reserved(Outcome.ALREADY_USED)
+            taken = await conn.fetchval(
+                _TAKE,
+                code,
+                request.order_id,
+                request.customer_id,
+                request.order_amount,
+                voucher["discount_amount"],
+                float(hold_seconds),
+            )
+            if taken is None:
+                return Reserved(Outcome.OUT_OF_STOCK)
+            return Reserved(Outcome.RESERVED, voucher["discount_amount"])
+    except asyncpg.UniqueViolationError:
+        # The same orderId went in for another voucher at the same moment: it is theirs.
+        return Reserved(Outcome.ORDER_ID_CONFLICT)
+
+
+class Transition(enum.Enum):
+    DONE = "DONE"  # the transition happened now, or had already happened (idempotent)
+    ENDED = "ENDED"  # released or expired (or past its hold window): too late to confirm
+    FAILED = "FAILED"  # the writer refused this flash use
+    CONFIRMED = "CONFIRMED"  # a confirmed use is spent: it cannot be released
+    NOT_FOUND = "NOT_FOUND"  # no such reservation of this voucher (maybe still in Kafka)
+
+
+@dataclass(frozen=True, slots=True)
+class EndedUse:
+    """A use that just went back in the database; a flash one must go back in Redis too."""
+
+    code: str
+    order_id: str
+    customer_id: int
+    is_flash: bool
+
+
+# A transition's UPDATE did not match, yet the row read just after it is RESERVED and live: the
+# writer inserted it after the UPDATE's snapshot was taken (any concurrent transition has
+# committed by then: the UPDATE waited for its lock). Running the UPDATE again settles it.
+_ATTEMPTS = 3
+
+
+async def _status(pool: asyncpg.Pool, code: str, order_id: str) -> tuple[str | None, bool]:
+    """The reservation's status, and whether it is RESERVED within its hold window."""
+    row = await pool.fetchrow(
+        "select status, status = 'RESERVED' and expires_at > now() as live"
+        " from voucher_redemption where order_id = $1 and voucher_code = $2",
+        order_id,
+        code,
+    )
+    return (None, False) if row is None else (row["status"], row["live"])
+
+
+async def confirm(pool: asyncpg.Pool, code: str, order_id: str) -> Transition:
+    """RESERVED (within its hold window) → CONFIRMED; confirming twice answers the same."""
+    for _ in range(_ATTEMPTS):
+        confirmed = await pool.fetchval(
+            "update voucher_redemption set status = 'CONFIRMED', updated_at = now()"
+            " where order_id = $1 and voucher_code = $2 and status = 'RESERVED'"
+            " and expires_at > now() returning id",
+            order_id,
+            code,
+        )
+        if confirmed is not None:
+            return Transition.DONE
+        status, live = await _status(pool, code, order_id)
+        if not live:
+            break
+    if status is None:
+        return Transition.NOT_FOUND
+    if status == "CONFIRMED":
+        return Transition.DONE
+    if status == "FAILED":
+        return Transition.FAILED
+    return Transition.ENDED  # RELEASED, EXPIRED, or RESERVED past its window
+
+
+_RELEASE = """
+with ended as (
+    update voucher_redemption set status = 'RELEASED', updated_at = now()
+    where order_id = $1 and voucher_code = $2 and status = 'RESERVED'
+    returning voucher_code, order_id, customer_id
+), lowered as (
+    update voucher v set used_count = v.used_count - 1
+    from ended where v.code = ended.voucher_code
+    returning v.is_flash
+)
+select ended.voucher_code, ended.order_id, ended.customer_id, lowered.is_flash
+from ended, lowered
+"""
+
+
+async def release(
+    pool: asyncpg.Pool, code: str, order_id: str
+) -> tuple[Transition, EndedUse | None]:
+    """RESERVED → RELEASED and ``used_count`` down by one, in one statement. Releasing twice
+    answers DONE again without giving a second use back."""
+    for _ in range(_ATTEMPTS):
+        row = await pool.fetchrow(_RELEASE, order_id, code)
+        if row is not None:
+            return Transition.DONE, _ended_use(row)
+        status, _ = await _status(pool, code, order_id)
+        if status != "RESERVED":
+            break
+    if status is None:
+        return Transition.NOT_FOUND, None
+    if status == "CONFIRMED":
+        return Transition.CONFIRMED, None
+    if status == "RESERVED":
+        raise RuntimeError(f"voucher use {order_id} stayed RESERVED through its release")
+    return Transition.DONE, None  # RELEASED, EXPIRED or FAILED: the use is not held
+
+
+def _ended_use(row: asyncpg.Record) -> EndedUse:
+    return EndedUse(row["voucher_code"], row["order_id"], row["customer_id"], row["is_flash"])
+
+
+_EXPIRE = """
+update voucher_redemption r set status = 'EXPIRED', updated_at = now()
+where r.status = 'RESERVED' and r.id in (
+    select id from voucher_redemption where status = 'RESERVED' and expires_at <= now()
+    order by expires_at limit $1 for update skip locked)
+returning r.voucher_code, r.order_id, r.customer_id
+"""
+_LOCK_VOUCHERS = """
+select code, is_flash from voucher where code = any($1::text[]) order by code for update
+"""
+_LOWER = """
+update voucher v set used_count = v.used_count - d.n
+from unnest($1::text[], $2::integer[]) as d(code, n) where v.code = d.code
+"""
+
+
+async def expire_due_vouchers(pool: asyncpg.Pool, limit: int = 1000) -> list[EndedUse]:
+    """RESERVED past the hold window → EXPIRED and ``used_count`` down, in one transaction.
+    Skip-locked rows let two expiry jobs run at once without ending a reservation twice; the
+    vouchers are locked in code order, as the writer locks them, so the two never deadlock."""
+    async with pool.acquire() as conn, conn.transaction():
+        rows = await conn.fetch(_EXPIRE, limit)
+        if not rows:
+            return []
+        per_code = Counter(r["voucher_code"] for r in rows)
+        codes = sorted(per_code)
+        flash = {r["code"]: r["is_flash"] for r in await conn.fetch(_LOCK_VOUCHERS, codes)}
+        await conn.execute(_LOWER, codes, [per_code[c] for c in codes])
+    return [
+        EndedUse(r["voucher_code"], r["order_id"], r["customer_id"], flash[r["voucher_code"]])
+        for r in rows
+    ]
+
+
+async def release_uses(store: VoucherStore, ended: list[EndedUse]) -> set[str]:
+    """After the commit: give each ended flash use back in Redis (idempotent). Returns the codes
+    that got a use back. A failure leaves a stale hold that reconciliation releases."""
+    restocked: set[str] = set()
+    for use in ended:
+        if not use.is_flash:
+            continue
+        try:
+            if await store.release(use.code, use.order_id):
+                restocked.add(use.code)
+        except ShardUnavailable as exc:
+            log.warning(
+                "release of voucher use %s deferred to reconciliation: %s", use.order_id, exc
+            )
+    return restocked

@@ -1,0 +1,50 @@
+"""The local stack: a Redis Cluster, a Kafka broker and PostgreSQL on loopback, by PID file."""
+
+from __future__ import annotations
+
+import time
+
+from flashsale.stack.kafka import KafkaBroker
+from flashsale.stack.postgres import Postgres
+from flashsale.stack.processes import StackError
+from flashsale.stack.redis_cluster import RedisCluster
+from kernel.settings import Settings
+
+__all__ = ["StackError", "down", "pids", "status", "up"]
+
+
+def _components(cfg: Settings) -> list[tuple[str, RedisCluster | KafkaBroker | Postgres]]:
+    return [("redis", RedisCluster(cfg)), ("kafka", KafkaBroker(cfg)), ("postgres", Postgres(cfg))]
+
+
+def up(cfg: Settings, *, quiet: bool = False) -> float:
+    """Start whatever is not running and wait until each part is healthy; safe to run twice."""
+    started = time.monotonic()
+    for name, component in _components(cfg):
+        t0 = time.monotonic()
+        if not quiet:
+            print(f"stack: {name} ...", flush=True)
+        component.up()
+        if not quiet:
+            print(
+                f"stack: {name} ready in {time.monotonic() - t0:.1f}s ({component.status()})",
+                flush=True,
+            )
+    return time.monotonic() - started
+
+
+def down(cfg: Settings) -> None:
+    """Stop exactly what ``up`` started, in reverse order."""
+    for name, component in reversed(_components(cfg)):
+        stopped = component.down()
+        print(f"stack: {name} {'stopped' if stopped else 'was not running'}")
+
+
+def status(cfg: Settings) -> dict[str, str]:
+    return {name: component.status() for name, component in _components(cfg)}
+
+
+def pids(cfg: Settings) -> list[int]:
+    """The PIDs of the stack's running server processes (not their children)."""
+    found = [proc.pid() for _, component in _components(cfg) for proc in component.processes()]
+    return [pid for pid in found if pid is not None]

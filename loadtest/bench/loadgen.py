@@ -1,0 +1,152 @@
+"""The ``loadgen`` section: how many requests/s one load-generator process makes on one core,
+measured against nginx ``return 410`` (server core) so the server is never the limit. It tells
+the planner how many Locust workers a target rate needs.
+
+- ``locust``: one headless Locust process (``locust_probe.py``: FastHttpUser, no wait, 64 users),
+  the shape of one worker of a distributed run; rate = requests / run time.
+- ``openloop``: ``loadtest.generators.openloop`` offered far more than it can send; its ceiling
+  is what it answered over the time it took, drain included.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from kernel.settings import PROJECT_ROOT
+from loadtest.bench import servers
+from loadtest.bench.results import Recorder, rotate
+
+LOCUSTFILE = Path(__file__).resolve().parent.parent / "scenarios" / "locust_probe.py"
+LOCUST_USERS = 64
+OPENLOOP_OFFERED = 30_000.0
+OPENLOOP_CONNECTIONS = 256
+TOOLS = ("locust", "openloop")
+
+
+def locust(url: str, duration_s: float, core: int, workdir: Path) -> dict[str, Any]:
+    prefix = workdir / "locust-probe"
+    argv = [
+        str(Path(sys.executable).with_name("locust")),
+        "-f",
+        str(LOCUSTFILE),
+        "--headless",
+        "-u",
+        str(LOCUST_USERS),
+        "-r",
+        str(LOCUST_USERS),
+        "-t",
+        f"{max(1, round(duration_s))}s",
+        "--host",
+        url,
+        "--csv",
+        str(prefix),
+        "--only-summary",
+        "--skip-log",
+    ]
+    done = subprocess.run(
+        servers.pinned(core, argv),
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        timeout=duration_s + 120,
+        check=False,
+    )
+    stats = Path(f"{prefix}_stats.csv")
+    if not stats.exists():
+        raise RuntimeError(f"locust wrote no stats (exit {done.returncode}): {done.stderr[-500:]}")
+    with stats.open() as f:
+        rows = {row["Name"]: row for row in csv.DictReader(f)}
+    total = rows["Aggregated"]
+    return {
+        "rps": float(total["Requests/s"]),
+        "requests": int(total["Request Count"]),
+        "failures": int(total["Failure Count"]),
+        "p50_ms": float(total["50%"]),
+        "p99_ms": float(total["99%"]),
+        "users": LOCUST_USERS,
+    }
+
+
+def openloop(url: str, duration_s: float, core: int) -> dict[str, Any]:
+    argv = [
+        sys.executable,
+        "-m",
+        "loadtest.generators.openloop",
+        url,
+        "--rate",
+        f"{OPENLOOP_OFFERED:g}",
+        "--duration",
+        f"{duration_s:g}",
+        "--warmup",
+        "1",
+        "--connections",
+        str(OPENLOOP_CONNECTIONS),
+        "--drain",
+        "120",
+    ]
+    done = subprocess.run(
+        servers.pinned(core, argv),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=duration_s + 300,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("OPENLOOP_JSON "):
+            summary: dict[str, Any] = json.loads(line[len("OPENLOOP_JSON ") :])
+            return {
+                "rps": summary["answered_total"] / summary["elapsed_s"],
+                "offered_rps": OPENLOOP_OFFERED,
+                "requests": summary["answered_total"],
+                "unanswered": summary["unanswered"],
+            }
+    raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-500:]}")
+
+
+def summary(m: dict[str, Any]) -> str:
+    return f"{m['rps']:,.0f} req/s from one process"
+
+
+def run(
+    rec: Recorder,
+    repeats: int,
+    duration_s: float,
+    nginx_port: int,
+    cores: tuple[int, int],
+    workdir: Path,
+    log_dir: Path,
+) -> dict[str, Any]:
+    server_core, load_core = cores
+    url = f"http://127.0.0.1:{nginx_port}"
+    argv = servers.nginx_argv(nginx_port, workdir / "nginx-loadgen")
+    ready = servers.http_ready(f"{url}/", 410)
+    with servers.running("nginx-loadgen", argv, ready, log_dir, server_core):
+        for r in range(repeats):
+            print(f"[loadgen] repeat {r + 1}/{repeats}", flush=True)
+            for tool in rotate(TOOLS, r):
+
+                def measure(tool: str = tool) -> tuple[dict[str, Any], list[str]]:
+                    if tool == "locust":
+                        m = locust(url, duration_s, load_core, workdir)
+                        return m, [f"{m['failures']} failures"] if m["failures"] else []
+                    m = openloop(url, duration_s, load_core)
+                    return m, []
+
+                rec.step(f"{tool:<8} against nginx", ("ceiling", tool, r), measure, summary)
+    return {
+        "duration_s": duration_s,
+        "locust_users": LOCUST_USERS,
+        "openloop_offered": OPENLOOP_OFFERED,
+        "openloop_connections": OPENLOOP_CONNECTIONS,
+        "server_core": server_core,
+        "load_core": load_core,
+        "locust_command": f"taskset -c {load_core} .venv/bin/locust -f loadtest/locust_probe.py"
+        f" --headless -u {LOCUST_USERS} -r {LOCUST_USERS} -t {max(1, round(duration_s))}s"
+        " --host <nginx return 410>",
+    }

@@ -1,0 +1,79 @@
+"""What the numbers were measured on: cores, CPU model, kernel, memory, load, tool versions."""
+
+from __future__ import annotations
+
+import os
+import platform
+import re
+import subprocess
+from importlib.metadata import version
+from typing import Any
+
+from kernel.settings import PROJECT_ROOT
+
+
+def _first(pattern: str, text: str, default: str = "unknown") -> str:
+    found = re.search(pattern, text, flags=re.MULTILINE)
+    return found.group(1).strip() if found else default
+
+
+def _run(argv: list[str]) -> str:
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=10, check=False, cwd=PROJECT_ROOT
+        )
+    except OSError:
+        return ""
+    return done.stdout + done.stderr
+
+
+def git_commit() -> str:
+    """``git rev-parse --short HEAD``, plus what is not committed: the code that was measured."""
+    head = _run(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown"
+    status = _run(["git", "status", "--porcelain"]).splitlines()
+    modified = sum(1 for line in status if line and not line.startswith("??"))
+    untracked = sum(1 for line in status if line.startswith("??"))
+    if not modified and not untracked:
+        return head
+    return f"{head} dirty ({modified} modified, {untracked} untracked files)"
+
+
+def cpu_busy_s() -> float:
+    """Non-idle CPU seconds of the whole machine so far, all cores (``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def loadavg() -> float:
+    return os.getloadavg()[0]
+
+
+def describe() -> dict[str, Any]:
+    with open("/proc/cpuinfo") as f:
+        cpuinfo = f.read()
+    with open("/proc/meminfo") as f:
+        mem_kib = int(_first(r"^MemTotal:\s+(\d+)", f.read(), "0"))
+    return {
+        "nproc": int(_run(["nproc"]).strip() or 0),
+        "cpu_model": _first(r"^model name\s*:\s*(.+)$", cpuinfo),
+        "kernel": platform.release(),
+        "memory_gib": mem_kib / 2**20,
+        "loadavg_start": loadavg(),
+    }
+
+
+def versions() -> dict[str, str]:
+    return {
+        "Python": platform.python_version(),
+        "granian": version("granian"),
+        "uvloop": version("uvloop"),
+        "redis-py": version("redis"),
+        "confluent-kafka": version("confluent-kafka"),
+        "PyJWT": version("pyjwt"),
+        "wrk": _first(r"^wrk (\S+)", _run(["wrk", "-v"])),
+        "nginx": _first(r"nginx/(\S+)", _run(["nginx", "-v"])),
+        "redis-server": _first(r"v=(\S+)", _run(["redis-server", "--version"])),
+        "redis-benchmark": _first(r"redis-benchmark (\S+)", _run(["redis-benchmark", "--version"])),
+    }

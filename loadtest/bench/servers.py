@@ -1,0 +1,167 @@
+"""Servers under test, each started pinned to one core (``taskset -c``) in its own session and
+stopped, with everything it forked, when the ``with`` block ends, also on Ctrl-C or an error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from kernel.settings import PROJECT_ROOT
+
+BASELINES = Path(__file__).resolve().parent.parent / "baselines"
+PORT_RANGE = range(18200, 18300)
+READY_TIMEOUT_S = 60.0
+
+
+def free_port(taken: set[int]) -> int:
+    """The first loopback port of 18200-18299 that nothing listens on and we have not taken."""
+    for port in PORT_RANGE:
+        if port in taken:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        taken.add(port)
+        return port
+    raise RuntimeError("no free port in 18200-18299")
+
+
+def pinned(core: int | str, argv: list[str]) -> list[str]:
+    """``argv`` run on ``core`` (a core number, or a ``taskset`` list such as ``"0,1"``)."""
+    return ["taskset", "-c", str(core), *argv]
+
+
+def http_ready(url: str, status: int) -> Callable[[], bool]:
+    def ready() -> bool:
+        try:
+            return httpx.get(url, timeout=1.0).status_code == status
+        except httpx.HTTPError:
+            return False
+
+    return ready
+
+
+@contextmanager
+def running(
+    name: str,
+    argv: list[str],
+    ready: Callable[[], bool],
+    log_dir: Path,
+    core: int | str = 0,
+    env: Mapping[str, str] | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Start ``argv`` pinned to ``core``, wait until ``ready()``, yield, then stop it."""
+    log_path = log_dir / f"{name}.log"
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            pinned(core, argv),
+            cwd=PROJECT_ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not ready():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}; see {log_path}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name} not ready after {READY_TIMEOUT_S:.0f}s; see {log_path}")
+            time.sleep(0.1)
+        yield proc
+    finally:
+        stop(proc)
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group we created (the server and its workers), SIGKILL if it lingers."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def cpu_seconds(session: int) -> float:
+    """User + system CPU time so far of every process in ``session`` (a server and its workers,
+    all threads included), from /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process exited while we looked
+        if int(fields[3]) == session:  # field 6 of stat: the session id
+            total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+    return total / tick
+
+
+def gateway_argv(port: int, workers: int = 1) -> list[str]:
+    return [sys.executable, "-m", "gateway", "--workers", str(workers), "--port", str(port)]
+
+
+def granian_argv(target: str, port: int) -> list[str]:
+    granian = str(Path(sys.executable).with_name("granian"))
+    return [
+        granian,
+        "--interface",
+        "asgi",
+        "--loop",
+        "uvloop",
+        "--workers",
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--backlog",
+        "4096",
+        "--no-access-log",
+        target,
+    ]
+
+
+def nginx_argv(port: int, prefix: Path) -> list[str]:
+    """nginx with our config, its listen port rewritten, every file under ``prefix``."""
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    conf = (BASELINES / "nginx.conf").read_text().replace("127.0.0.1:18203", f"127.0.0.1:{port}")
+    (prefix / "tmp").mkdir(parents=True, exist_ok=True)
+    conf_path = prefix / "nginx.conf"
+    conf_path.write_text(conf)
+    return [nginx, "-e", "stderr", "-p", str(prefix), "-c", str(conf_path)]
+
+
+def redis_argv(port: int, workdir: Path) -> list[str]:
+    """A throw-away Redis (no persistence) for measuring one Redis core on its own."""
+    return [
+        shutil.which("redis-server") or "/usr/bin/redis-server",
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(workdir),
+    ]

@@ -1,0 +1,72 @@
+"""The ``vouchers`` section: flash vs ordinary voucher reservations/s under contention on one code
+(ordinary = the baseline), measured by ``loadtest/bench/voucher_load.py`` (the vouchers' own
+benchmark, which starts its gateway and writer and checks its counts) as a subprocess per
+repeat. Its last stdout line is JSON with at least ``flash_rps``, ``ordinary_rps`` and ``ratio``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+from kernel.settings import PROJECT_ROOT
+from loadtest.bench.results import Recorder
+
+SCRIPT = PROJECT_ROOT / "loadtest" / "bench" / "voucher_load.py"
+MODULE = "tests.bench_vouchers"
+TIMEOUT_S = 1200
+KINDS = ("flash", "ordinary")
+
+
+def measure() -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", MODULE],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
+    lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"{MODULE} exit {done.returncode}: {done.stderr[-400:]}")
+    report: dict[str, Any] = json.loads(lines[-1])
+    for key in ("flash_rps", "ordinary_rps", "ratio"):
+        if key not in report:
+            raise RuntimeError(f"{MODULE} printed no {key!r}")
+    return report
+
+
+def run(rec: Recorder, repeats: int) -> dict[str, Any]:
+    command = f".venv/bin/python -m {MODULE}"
+    if not SCRIPT.exists():
+        print(f"[vouchers] not measured: {SCRIPT.relative_to(PROJECT_ROOT)} not found", flush=True)
+        return {"tool_command": command, "skipped": f"{SCRIPT.name} not found"}
+    about: dict[str, Any] = {}
+    for r in range(repeats):
+        print(f"[vouchers] repeat {r + 1}/{repeats} ...", end="", flush=True)
+        started = time.monotonic()
+        try:
+            report = measure()
+        except Exception as exc:  # noqa: BLE001 - record it, keep measuring the others
+            print(f" FAILED: {exc}", flush=True)
+            for kind in KINDS:
+                rec.record("one_code", kind, r, {}, [f"run failed: {str(exc)[:300]}"])
+            continue
+        about = {k: report[k] for k in ("uses", "attempts", "concurrency") if k in report}
+        for kind in KINDS:
+            detail = report.get(kind, {})
+            metrics = {"rps": float(report[f"{kind}_rps"])}
+            metrics.update({k: v for k, v in detail.items() if isinstance(v, int | float)})
+            metrics["answers"] = detail.get("answers", {})
+            rec.record("one_code", kind, r, metrics, [])
+        took = time.monotonic() - started
+        print(
+            f" flash {report['flash_rps']:,.0f}/s, ordinary {report['ordinary_rps']:,.0f}/s,"
+            f" ratio {report['ratio']} ({took:.0f} s)",
+            flush=True,
+        )
+    return {"tool_command": command, **about}

@@ -1,0 +1,199 @@
+"""How much batching buys: the writer draining a backlog of orders at several batch sizes.
+
+``python -m loadtest.bench.writer_load --batch-sizes 1,100,1000 --orders 20000 [--json]``
+
+For each batch size: a fresh orders topic and item row, N orders produced up front (not timed),
+then one writer (fresh group) drains them. The rate is orders stored per second from the first
+batch to the last offset commit (group join excluded; ``wall_s`` includes it). Batch size 1
+drains fewer orders (``--orders-at-1``) to stay short. Needs the local stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import asyncpg
+import uvloop
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from kernel.events import OrderPlaced, encode
+from kernel.ids import new_order_id
+from kernel.settings import Settings, settings
+from writer.app import run
+from writer.consumer import WriterStats
+
+SHARDS = 4
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    batch_size: int
+    orders: int
+    seconds: float  # first batch -> last commit
+    wall_s: float  # writer start -> exit, group join and drain check included
+    orders_per_s: float
+    ratio_to_batch_1: float | None = None
+
+
+async def _item(pool: asyncpg.Pool, quantity: int) -> int:
+    async with pool.acquire() as conn:
+        sale = await conn.fetchval(
+            "INSERT INTO flash_sale (name, starts_at, ends_at)"
+            " VALUES ('writer bench', now(), now() + interval '1 hour') RETURNING id"
+        )
+        item: int = await conn.fetchval(
+            "INSERT INTO flash_sale_item (sale_id, product_id, price, quantity, shards)"
+            " VALUES ($1, 'bench', 100, $2, $3) RETURNING id",
+            sale,
+            quantity,
+            SHARDS,
+        )
+    return item
+
+
+def _create_topics(cfg: Settings, wanted: dict[str, int]) -> None:
+    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(name, parts, 1) for name, parts in wanted.items()], operation_timeout=10
+    ).values():
+        future.result(timeout=30)
+
+
+def _delete_topics(cfg: Settings, names: list[str]) -> None:
+    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
+    for future in admin.delete_topics(names, operation_timeout=10).values():
+        future.result(timeout=30)
+
+
+def _produce(cfg: Settings, topic: str, item: int, orders: int) -> None:
+    producer = Producer(
+        {
+            "bootstrap.servers": cfg.kafka_bootstrap,
+            "acks": "all",
+            "enable.idempotence": True,
+            "linger.ms": 5,
+        }
+    )
+    now_ms = int(time.time() * 1000)
+    for user in range(1, orders + 1):
+        event = OrderPlaced(
+            order_id=new_order_id(item),
+            item_id=item,
+            user_id=user,
+            shard=user % SHARDS,
+            home_shard=user % SHARDS,
+            created_at_ms=now_ms,
+            expires_at_ms=now_ms + HOUR_MS,
+        )
+        while True:
+            try:
+                producer.produce(topic, encode(event), event.order_id.encode())
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    if producer.flush(60) != 0:
+        raise SystemExit("bench: could not produce the orders")
+
+
+async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: int) -> Result:
+    tag = uuid.uuid4().hex[:12]
+    topic, deadletter = f"bench.orders.{tag}", f"bench.deadletter.{tag}"
+    await asyncio.to_thread(_create_topics, cfg, {topic: cfg.orders_partitions, deadletter: 1})
+    try:
+        item = await _item(pool, orders)
+        await asyncio.to_thread(_produce, cfg, topic, item, orders)
+        stats = WriterStats()
+        run_cfg = dataclasses.replace(
+            cfg,
+            orders_topic=topic,
+            deadletter_topic=deadletter,
+            writer_group=f"bench-writer-{tag}",
+            writer_batch_size=batch_size,
+            writer_streams=("orders",),  # the orders path only
+        )
+        started = time.monotonic()
+        await run(run_cfg, metrics_port=None, once=True, stats=stats)
+        wall = time.monotonic() - started
+    finally:
+        await asyncio.to_thread(_delete_topics, cfg, [topic, deadletter])
+    stored = await pool.fetchval(
+        "SELECT count(*) FROM flash_sale_order WHERE item_id = $1 AND status = 'PENDING'", item
+    )
+    if stored != orders or stats.first_batch_at is None or stats.last_commit_at is None:
+        raise SystemExit(f"bench: batch size {batch_size} stored {stored} of {orders} orders")
+    seconds = stats.last_commit_at - stats.first_batch_at
+    return Result(batch_size, orders, seconds, wall, orders / seconds)
+
+
+async def bench(
+    cfg: Settings, batch_sizes: list[int], orders: int, orders_at_1: int
+) -> list[Result]:
+    pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=2)
+    try:
+        results = []
+        for size in batch_sizes:
+            n = orders if size > 1 else min(orders, orders_at_1)
+            results.append(await measure(cfg, pool, size, n))
+            print(f"  batch size {size}: {results[-1].orders_per_s:,.0f} orders/s", file=sys.stderr)
+    finally:
+        await pool.close()
+    base = next((r.orders_per_s for r in results if r.batch_size == 1), None)
+    if base is None:
+        return results
+    return [dataclasses.replace(r, ratio_to_batch_1=r.orders_per_s / base) for r in results]
+
+
+def _table(results: list[Result]) -> str:
+    lines = [
+        f"{'batch size':>10}  {'orders':>7}  {'seconds':>8}  {'orders/s':>9}  {'vs batch 1':>10}",
+    ]
+    for r in results:
+        ratio = f"{r.ratio_to_batch_1:.1f}x" if r.ratio_to_batch_1 is not None else "-"
+        lines.append(
+            f"{r.batch_size:>10}  {r.orders:>7}  {r.seconds:>8.2f}  {r.orders_per_s:>9,.0f}"
+            f"  {ratio:>10}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.writer_load", description=__doc__
+    )
+    parser.add_argument("--batch-sizes", default="1,100,1000")
+    parser.add_argument("--orders", type=int, default=20000)
+    parser.add_argument("--orders-at-1", type=int, default=2000)
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
+    if not sizes or min(sizes) < 1 or args.orders < 1:
+        parser.error("batch sizes and --orders must be positive")
+    cfg = settings()
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        results = runner.run(bench(cfg, sizes, args.orders, args.orders_at_1))
+    if args.json:
+        report: dict[str, Any] = {
+            "benchmark": "writer",
+            "partitions": cfg.orders_partitions,
+            "batch_ms": cfg.writer_batch_ms,
+            "results": [dataclasses.asdict(r) for r in results],
+        }
+        print(json.dumps(report, indent=2))
+    else:
+        print(_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""``python -m loadtest.capacity.plan``: the fleet for a target, from the figures of the last
+benchmark run (``loadtest/reports/bench-results.json``), with the reasoning line by line. The
+model is ``loadtest.capacity.model``; bench.md checks it against measured points.
+
+    .venv/bin/python -m loadtest.capacity.plan --rps 500000 --sold-out-share 0.98 --stock 10000 \\
+        --items 1 --p99-ms 100
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench import results as store
+from loadtest.bench.stats import figure, select
+from loadtest.capacity.model import HEADROOM, Figures, Fleet, Latency, Measured, Target, plan
+
+DEFAULT_TARGET = Target(rps=500_000, sold_out_share=0.98, stock=10_000, items=1, p99_ms=100)
+
+
+class MissingFigure(LookupError):
+    """A figure the model needs was never measured: run the named section first."""
+
+
+def _median(
+    res: store.Results, section: str, scenario: str, subject: str, metric: str, what: str
+) -> Measured:
+    runs = store.runs_of(res, section)
+    found = figure(
+        select([r for r in runs if not r["problems"]], section, scenario, subject), metric
+    )
+    if found is None:
+        raise MissingFigure(
+            f"no {what} measured: run `.venv/bin/python -m loadtest.bench --only {section}`"
+        )
+    date = res["sections"][section]["started_at"][:10]
+    runs_word = "run" if found.count == 1 else "runs"
+    return Measured(found.median, f"{what}, median of {found.count} {runs_word}, {date}")
+
+
+PERCENTILES = {50.0: "p50_ms", 90.0: "p90_ms", 99.0: "p99_ms", 99.9: "p999_ms", 100.0: "max_ms"}
+
+
+@dataclass
+class OpenLoop:
+    """The gateway's open-loop figures for one path, per offered fraction (medians)."""
+
+    latency: dict[float, Latency] = field(default_factory=dict)
+    cpu_us: dict[float, float] = field(default_factory=dict)
+    generator_lagged: list[str] = field(default_factory=list)
+
+
+def _open_loop(res: store.Results, scenario: str) -> OpenLoop:
+    runs = store.runs_of(res, "open")
+    found_at = OpenLoop()
+    scenarios = {r["scenario"] for r in runs if r["scenario"].startswith(f"{scenario}@")}
+    for name in sorted(scenarios):
+        mine = [r for r in select(runs, "open", name, "gateway") if not r["problems"]]
+        found = {pct: figure(mine, metric) for pct, metric in PERCENTILES.items()}
+        if any(v is None for v in found.values()):
+            continue
+        fraction = float(name.split("@", 1)[1])
+        found_at.latency[fraction] = {pct: v.median for pct, v in found.items() if v is not None}
+        cpu = figure(mine, "cpu_us_per_req")
+        if cpu is not None:
+            found_at.cpu_us[fraction] = cpu.median
+        if any(generator_short(r["metrics"]) for r in mine):
+            found_at.generator_lagged.append(f"{scenario} at {fraction:.0%}")
+    return found_at
+
+
+GENERATOR_LAG_MS = 1.0
+
+
+def generator_short(m: dict[str, Any]) -> bool:
+    """The open-loop generator was a limit: at p99 it dispatched requests ≥ 1 ms after they were
+    due (its event loop busy with answers), so its own delay is part of the latencies. Results
+    from before it reported that: fewer answers than offered."""
+    if not m:
+        return False
+    if "dispatch_lag_p99_ms" in m:
+        return bool(m["dispatch_lag_p99_ms"] >= GENERATOR_LAG_MS)
+    return bool(m.get("achieved_rps", 0.0) < 0.95 * m.get("offered_rps", 0.0))
+
+
+def loadgen(res: store.Results) -> Measured:
+    try:
+        found = _median(res, "loadgen", "ceiling", "locust", "rps", "one Locust worker")
+    except MissingFigure:
+        found = _median(
+            res, "loadgen", "ceiling", "openloop", "rps", "one open-loop generator (no Locust run)"
+        )
+    return Measured(found.value, found.source + ", against nginx")
+
+
+def figures(res: store.Results) -> Figures:
+    """The model's inputs from the stored results; ``MissingFigure`` names what is missing."""
+    soldout, reserve = _open_loop(res, "sold_out"), _open_loop(res, "reserve")
+    measured = sorted({*soldout.latency, *reserve.latency})
+    source = "gateway open loop at " + "/".join(f"{f:.0%}" for f in measured) + " of its maximum"
+    lagged = soldout.generator_lagged + reserve.generator_lagged
+    if lagged:
+        source += "; the generator lagged at " + ", ".join(lagged)
+    redis_ops = None
+    for name in sorted({r["subject"] for r in store.runs_of(res, "redis")}):
+        if name.endswith("(stack)|16"):
+            redis_ops = _median(
+                res, "redis", "redis", name, "ops_per_s", "EVALSHA -P 16 on a stack primary"
+            )
+    if redis_ops is None:
+        raise MissingFigure(
+            "no Redis figure: run `.venv/bin/python -m loadtest.bench --only redis`"
+        )
+    return Figures(
+        soldout_us=_median(
+            res, "closed", "sold_out", "gateway", "cpu_us_per_req", "gateway CPU µs per sold-out"
+        ),
+        reserve_us=_median(
+            res, "closed", "reserve", "gateway", "cpu_us_per_req", "gateway CPU µs per reserve"
+        ),
+        soldout_latency=soldout.latency,
+        reserve_latency=reserve.latency,
+        soldout_us_at=soldout.cpu_us,
+        reserve_us_at=reserve.cpu_us,
+        redis_ops=redis_ops,
+        writer_rate=_median(
+            res, "writer", "batch", "1000", "orders_per_s", "writer orders/s at batch 1,000"
+        ),
+        loadgen_rps=loadgen(res),
+        latency_source=source,
+        other_loadgen=_optional(
+            res, "loadgen", "ceiling", "openloop", "rps", "the open-loop generator"
+        ),
+    )
+
+
+def _optional(
+    res: store.Results, section: str, scenario: str, subject: str, metric: str, what: str
+) -> Measured | None:
+    try:
+        return _median(res, section, scenario, subject, metric, what)
+    except MissingFigure:
+        return None
+
+
+def table(fleet: Fleet, target: Target) -> list[tuple[str, str]]:
+    return [
+        ("gateway processes (= cores)", f"{fleet.gateway_processes:,}"),
+        ("gateway cores busy at the target", f"{fleet.gateway_cores_busy:,.2f}"),
+        ("utilisation per core", f"{fleet.utilisation:.0%} (headroom {target.headroom:.0%})"),
+        (
+            "predicted p99",
+            "not measured"
+            if fleet.predicted_p99_ms is None
+            else f"{fleet.predicted_p99_ms:.1f} ms ({'met' if fleet.p99_met else 'NOT met'})",
+        ),
+        ("shards per hot item", f"{fleet.shards_per_item}"),
+        ("Redis primaries (+ a replica each)", f"{fleet.redis_primaries}"),
+        ("Kafka partitions (at least)", f"{fleet.kafka_partitions}"),
+        ("writer processes", f"{fleet.writers}"),
+        ("load-generator workers (+ 1 master)", f"{fleet.loadgen_workers:,}"),
+    ]
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.capacity.plan", description=__doc__)
+    d = DEFAULT_TARGET
+    p.add_argument("--rps", type=float, default=d.rps, help="offered req/s at the peak")
+    p.add_argument("--sold-out-share", type=float, default=d.sold_out_share)
+    p.add_argument("--stock", type=int, default=d.stock, help="units per item")
+    p.add_argument("--items", type=int, default=d.items, help="hot items on sale at once")
+    p.add_argument("--p99-ms", type=float, default=d.p99_ms)
+    p.add_argument("--headroom", type=float, default=HEADROOM, help="busiest a core may run")
+    p.add_argument("--drain-s", type=float, default=d.drain_s, help="orders stored within (s)")
+    p.add_argument("--results", type=Path, default=store.RESULTS_PATH)
+    args = p.parse_args(argv)
+    if not 0 <= args.sold_out_share <= 1 or not 0 < args.headroom <= 1:
+        p.error("--sold-out-share must be in [0, 1] and --headroom in (0, 1]")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    target = Target(
+        args.rps,
+        args.sold_out_share,
+        args.stock,
+        args.items,
+        args.p99_ms,
+        args.headroom,
+        args.drain_s,
+    )
+    res = store.load(args.results)
+    try:
+        fig = figures(res)
+    except MissingFigure as exc:
+        raise SystemExit(str(exc)) from None
+    fleet = plan(target, fig)
+    print(
+        f"target: {target.rps:,.0f} req/s, {target.sold_out_share:.0%} sold-out answers,"
+        f" {target.stock:,} units × {target.items} item(s), p99 ≤ {target.p99_ms:g} ms,"
+        f" cores at ≤ {target.headroom:.0%}, orders stored within {target.drain_s:g} s"
+    )
+    print(f"figures: {args.results} (the last run of each section)")
+    print("\nreasoning:")
+    for line in fleet.reasons:
+        print(f"  {line}")
+    print("\nfleet:")
+    rows = table(fleet, target)
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+
+
+if __name__ == "__main__":
+    main()

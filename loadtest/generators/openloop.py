@@ -1,0 +1,271 @@
+"""Open-loop load: POSTs at a fixed offered rate, whatever the server does, with each latency
+measured from the request's INTENDED send time (so a stalled server is charged for the requests it
+delayed: no coordinated omission), recorded in an HdrHistogram.
+
+Request ``i`` is due at ``start + i / rate``. Due requests go to an idle keep-alive connection, or
+wait in a queue (their clock already running) until one is free. Requests due in the first
+``--warmup`` seconds are sent but not recorded. HTTP/1.1 over raw asyncio protocols on uvloop;
+responses must carry ``Content-Length`` (the servers measured here all do).
+
+Usage: python -m loadtest.generators.openloop URL --rate 5000 --duration 10 \
+    [--tokens FILE --first N]
+Prints a human summary and one ``OPENLOOP_JSON {...}`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import urlsplit
+
+import uvloop
+from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
+
+HIGHEST_US = 3_600_000_000
+SPIN_WINDOW_S = 0.002  # closer than this to the next due time: yield, don't sleep (timers are 1 ms)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    host: str
+    port: int
+    path: str
+    rate: float
+    duration_s: float
+    warmup_s: float
+    connections: int
+    drain_s: float
+    tokens: list[bytes] | None
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, gen: OpenLoop) -> None:
+        self.gen = gen
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.intended = 0.0
+        self.busy = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+
+    def send(self, intended: float, request: bytes) -> None:
+        assert self.transport is not None
+        self.intended = intended
+        self.busy = True
+        self.transport.write(request)
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while True:
+            end = self.buffer.find(b"\r\n\r\n")
+            if end < 0:
+                return
+            head = bytes(self.buffer[:end]).lower()
+            at = head.find(b"\r\ncontent-length:")
+            if at < 0:
+                raise RuntimeError("response without Content-Length")
+            line_end = head.find(b"\r\n", at + 2)
+            length = int(head[at + 17 : line_end if line_end >= 0 else len(head)])
+            total = end + 4 + length
+            if len(self.buffer) < total:
+                return
+            status = int(head[9:12])
+            del self.buffer[:total]
+            self.busy = False
+            self.gen.completed(self, status)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gen.lost(self)
+
+
+class OpenLoop:
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.histogram = HdrHistogram(1, HIGHEST_US, 3)
+        # How late the generator itself dispatched each request (its loop busy elsewhere): the
+        # part of the latencies that is the generator's, not the server's.
+        self.dispatch_lag = HdrHistogram(1, HIGHEST_US, 3)
+        self.statuses: Counter[int] = Counter()
+        self.connections: list[Connection] = []
+        self.idle: list[Connection] = []
+        self.queue: deque[tuple[float, bytes]] = deque()
+        self.in_flight = 0
+        self.answered_total = 0  # warm-up included
+        self.errors = 0
+        self.cpu_start = 0.0
+        self.max_queue = 0
+        self.start = 0.0
+        self.measure_from = 0.0
+        self.request = _requests(plan)
+
+    def completed(self, conn: Connection, status: int) -> None:
+        now = time.perf_counter()
+        self.in_flight -= 1
+        self.answered_total += 1
+        if conn.intended >= self.measure_from:
+            self.histogram.record_value(max(1, int((now - conn.intended) * 1e6)))
+            self.statuses[status] += 1
+        self._next(conn)
+
+    def lost(self, conn: Connection) -> None:
+        if conn in self.idle:
+            self.idle.remove(conn)
+        if conn.busy:
+            conn.busy = False
+            self.in_flight -= 1
+            self.errors += 1
+
+    def _next(self, conn: Connection) -> None:
+        if self.queue:
+            intended, request = self.queue.popleft()
+            self.in_flight += 1
+            conn.send(intended, request)
+        else:
+            self.idle.append(conn)
+
+    def _dispatch(self, intended: float, request: bytes) -> None:
+        if self.idle:
+            self.in_flight += 1
+            self.idle.pop().send(intended, request)
+        else:
+            self.queue.append((intended, request))
+            self.max_queue = max(self.max_queue, len(self.queue))
+
+    async def run(self) -> dict[str, Any]:
+        plan = self.plan
+        loop = asyncio.get_running_loop()
+        for _ in range(plan.connections):
+            _, conn = await loop.create_connection(lambda: Connection(self), plan.host, plan.port)
+            self.connections.append(conn)
+            self.idle.append(conn)
+        total = int(plan.rate * (plan.warmup_s + plan.duration_s))
+        self.start = time.perf_counter() + 0.01
+        self.cpu_start = time.process_time()
+        self.measure_from = self.start + plan.warmup_s
+        sent = 0
+        while sent < total:
+            now = time.perf_counter()
+            due = min(total, int((now - self.start) * plan.rate) + 1)
+            while sent < due:
+                intended = self.start + sent / plan.rate
+                self.dispatch_lag.record_value(max(1, int((now - intended) * 1e6)))
+                self._dispatch(intended, self.request(sent))
+                sent += 1
+            wait = self.start + sent / plan.rate - time.perf_counter()
+            await asyncio.sleep(wait - SPIN_WINDOW_S / 2 if wait > SPIN_WINDOW_S else 0)
+        finished_sending = time.perf_counter()
+        deadline = finished_sending + plan.drain_s
+        while (self.in_flight or self.queue) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.005)
+        # Charge the unanswered at least the time they have waited so far.
+        now = time.perf_counter()
+        waiting = [c.intended for c in self.connections if c.busy] + [t for t, _ in self.queue]
+        for intended in waiting:
+            self.histogram.record_value(max(1, int((now - intended) * 1e6)))
+        for conn in self.connections:
+            if conn.transport is not None:
+                conn.transport.close()
+        return self._summary(len(waiting), finished_sending)
+
+    def _summary(self, unanswered: int, finished_sending: float) -> dict[str, Any]:
+        h = self.histogram
+        answered = sum(self.statuses.values())
+        offered_window = self.plan.duration_s
+        return {
+            "offered_rps": self.plan.rate,
+            "achieved_rps": answered / offered_window,
+            "send_lag_ms": (finished_sending - (self.start + self.plan.warmup_s + offered_window))
+            * 1000,
+            "answered": answered,
+            "answered_total": self.answered_total,
+            "elapsed_s": (elapsed := time.perf_counter() - self.start),
+            # Answers per second over the whole run, drain included: below the offered rate
+            # when the server or the generator could not keep up.
+            "throughput_rps": self.answered_total / elapsed,
+            # The generator's own CPU share over the run (it spins between close sends, so this
+            # is near 1 at any rate above a few hundred per second).
+            "generator_busy": (time.process_time() - self.cpu_start) / elapsed,
+            "dispatch_lag_p99_ms": self.dispatch_lag.get_value_at_percentile(99) / 1000,
+            "dispatch_lag_max_ms": self.dispatch_lag.get_max_value() / 1000,
+            "unanswered": unanswered,
+            "errors": self.errors,
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "max_queue": self.max_queue,
+            "p50_ms": h.get_value_at_percentile(50) / 1000,
+            "p90_ms": h.get_value_at_percentile(90) / 1000,
+            "p99_ms": h.get_value_at_percentile(99) / 1000,
+            "p999_ms": h.get_value_at_percentile(99.9) / 1000,
+            "max_ms": h.get_max_value() / 1000,
+            "mean_ms": h.get_mean_value() / 1000,
+        }
+
+
+def _requests(plan: Plan) -> Callable[[int], bytes]:
+    head = (
+        f"POST {plan.path} HTTP/1.1\r\nHost: {plan.host}:{plan.port}\r\nContent-Length: 0\r\n"
+    ).encode()
+    if plan.tokens is None:
+        request = head + b"\r\n"
+        return lambda _i: request
+    tokens = plan.tokens
+
+    def with_token(i: int) -> bytes:
+        return head + b"Authorization: Bearer " + tokens[i % len(tokens)] + b"\r\n\r\n"
+
+    return with_token
+
+
+def read_tokens(path: Path, first: int, count: int) -> list[bytes]:
+    with path.open("rb") as lines:
+        tokens = [line.rstrip(b"\n") for n, line in enumerate(lines) if first <= n < first + count]
+    if len(tokens) < count:
+        raise SystemExit(f"{path} has {len(tokens)} tokens from line {first}, {count} needed")
+    return tokens
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.generators.openloop", description=__doc__
+    )
+    parser.add_argument("url")
+    parser.add_argument("--rate", type=float, required=True, help="offered requests per second")
+    parser.add_argument("--duration", type=float, default=10.0, help="measured seconds")
+    parser.add_argument("--warmup", type=float, default=1.0, help="unrecorded seconds first")
+    parser.add_argument("--connections", type=int, default=256)
+    parser.add_argument("--drain", type=float, default=10.0, help="seconds to wait at the end")
+    parser.add_argument("--tokens", type=Path, help="buyer tokens, one per line, one per request")
+    parser.add_argument("--first", type=int, default=0, help="first token line to use")
+    args = parser.parse_args()
+    url = urlsplit(args.url)
+    count = int(args.rate * (args.warmup + args.duration))
+    plan = Plan(
+        host=url.hostname or "127.0.0.1",
+        port=url.port or 80,
+        path=url.path or "/",
+        rate=args.rate,
+        duration_s=args.duration,
+        warmup_s=args.warmup,
+        connections=args.connections,
+        drain_s=args.drain,
+        tokens=read_tokens(args.tokens, args.first, count) if args.tokens else None,
+    )
+    summary = uvloop.run(OpenLoop(plan).run())
+    print(
+        f"offered {summary['offered_rps']:.0f}/s achieved {summary['achieved_rps']:.0f}/s "
+        f"p50 {summary['p50_ms']:.2f} p90 {summary['p90_ms']:.2f} p99 {summary['p99_ms']:.2f} "
+        f"p99.9 {summary['p999_ms']:.2f} max {summary['max_ms']:.2f} ms "
+        f"statuses {summary['statuses']} unanswered {summary['unanswered']}"
+    )
+    print("OPENLOOP_JSON " + json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Closed-loop load with wrk, pinned to the load-generator core; the Lua scripts in ``wrk/`` print
+one ``WRK_JSON`` line that this module reads back (nothing is scraped from wrk's text report)."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.bench.servers import pinned
+
+SCRIPTS = Path(__file__).resolve().parent / "wrk"
+TIMEOUT_S = 10
+
+
+@dataclass(frozen=True, slots=True)
+class WrkResult:
+    requests: int
+    duration_s: float
+    rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    p999_ms: float
+    max_ms: float
+    mean_ms: float
+    non_2xx: int
+    socket_errors: int
+    timeouts: int
+    cpu_s: float = 0.0  # wrk's own CPU time (user + system)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run(
+    url: str,
+    duration_s: float,
+    connections: int,
+    core: int | str,
+    tokens: tuple[Path, int, int] | None = None,
+    threads: int = 1,
+) -> WrkResult:
+    """One wrk run of POSTs to ``url``; with ``tokens`` (file, first line, count) each request
+    carries the next buyer token of that slice (each thread its own share of it)."""
+    script = SCRIPTS / ("post_tokens.lua" if tokens else "post.lua")
+    argv = [
+        "wrk",
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{max(1, round(duration_s))}s",
+        f"--timeout={TIMEOUT_S}s",
+        "--latency",
+        "-s",
+        str(script),
+        url,
+    ]
+    if tokens:
+        path, first, count = tokens
+        argv += ["--", str(path), str(first), str(count), str(threads)]
+    cpu_before = children_cpu_s()
+    done = subprocess.run(
+        pinned(core, argv), capture_output=True, text=True, timeout=duration_s + 60, check=False
+    )
+    cpu_s = children_cpu_s() - cpu_before
+    for line in done.stdout.splitlines():
+        if line.startswith("WRK_JSON "):
+            return parse(json.loads(line[len("WRK_JSON ") :]), cpu_s)
+    raise RuntimeError(f"wrk printed no summary (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
+def children_cpu_s() -> float:
+    """CPU time of the children this process has waited for: around one ``subprocess.run``,
+    that child's own CPU time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def parse(raw: dict[str, int | float], cpu_s: float = 0.0) -> WrkResult:
+    """A ``WRK_JSON`` summary as a result."""
+    duration_s = raw["duration_us"] / 1e6
+    return WrkResult(
+        requests=int(raw["requests"]),
+        duration_s=duration_s,
+        rps=raw["requests"] / duration_s if duration_s else 0.0,
+        p50_ms=raw["p50_us"] / 1000,
+        p90_ms=raw["p90_us"] / 1000,
+        p99_ms=raw["p99_us"] / 1000,
+        p999_ms=raw["p999_us"] / 1000,
+        max_ms=raw["max_us"] / 1000,
+        mean_ms=raw["mean_us"] / 1000,
+        non_2xx=int(raw["status_errors"]),
+        socket_errors=int(raw["connect_errors"] + raw["read_errors"] + raw["write_errors"]),
+        timeouts=int(raw["timeouts"]),
+        cpu_s=cpu_s,
+    )

@@ -1,0 +1,79 @@
+"""The common base of the scenarios: one checked HTTP call, recorded under the answer's kind."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import gevent  # type: ignore[import-untyped]
+from locust import FastHttpUser
+from locust.exception import StopUser
+
+from kernel.settings import Settings, settings
+from loadtest.scenarios import answers, run
+from loadtest.scenarios.answers import Answer, Expected
+from loadtest.scenarios.options import Options
+from loadtest.scenarios.tally import ACCEPTED
+
+log = logging.getLogger(__name__)
+MAX_RETRY_AFTER_S = 2.0
+
+# Looks at an answer inside its ``with`` block (so it can still fail it): a reason, or None.
+Judge = Callable[[Answer], str | None]
+
+
+class GatewayUser(FastHttpUser):
+    abstract = True
+    network_timeout = 10.0
+    connection_timeout = 5.0
+    process: run.Process
+    opts: Options
+    cfg: Settings
+
+    def on_start(self) -> None:
+        process = run.current()
+        if process is None:
+            log.error(
+                "no target for this run (see the master's log): %s stops", type(self).__name__
+            )
+            raise StopUser()
+        self.process = process
+        self.opts = Options.of(self.environment.parsed_options)
+        self.cfg = settings()
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        endpoint: str,
+        expected: Expected,
+        *,
+        headers: dict[str, str],
+        body: dict[str, Any] | None = None,
+        judge: Judge | None = None,
+        no_answer_ok: bool = False,
+    ) -> Answer:
+        """One request, checked against ``expected`` (and ``judge``, which always sees it)."""
+        with self.client.request(
+            method, path, name=endpoint, headers=headers, json=body, catch_response=True
+        ) as reply:
+            answer = answers.read(reply)
+            reply.request_meta["name"] = answer.stat_name(endpoint)
+            if endpoint == "purchase" and answer.status == 202 and answer.order_id:
+                ACCEPTED.add(answer.order_id)
+            problem = None if no_answer_ok and answer.status == 0 else answer.problem(expected)
+            verdict = judge(answer) if judge is not None else None
+            problem = problem or verdict
+            if problem:
+                reply.failure(problem)
+            else:
+                reply.success()
+        return answer
+
+    def pause(self, seconds: float) -> None:
+        gevent.sleep(seconds)
+
+    def retry_pause(self, answer: Answer) -> None:
+        """Wait as the answer's Retry-After asks (at most a couple of seconds)."""
+        self.pause(min(float(answer.retry_after or 1), MAX_RETRY_AFTER_S))

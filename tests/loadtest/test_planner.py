@@ -1,0 +1,226 @@
+"""The capacity planner's arithmetic (``loadtest.capacity.model``) and how it reads stored results
+(``loadtest.capacity.plan.figures``): pure, no stack needed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loadtest.capacity import model as capacity
+from loadtest.capacity import plan
+from loadtest.capacity.model import Figures, Latency, Measured, Target
+
+
+def _lat(p50: float, p99: float) -> Latency:
+    """Percentiles with p90 halfway between p50 and p99, p99.9 and max above p99."""
+    return {50.0: p50, 90.0: (p50 + p99) / 2, 99.0: p99, 99.9: p99 * 1.5, 100.0: p99 * 2}
+
+
+def _figures(**changes: Any) -> Figures:
+    base: dict[str, Any] = {
+        "soldout_us": Measured(50.0, "sold-out"),
+        "reserve_us": Measured(500.0, "reserve"),
+        "soldout_latency": {0.5: _lat(1.0, 2.0), 0.9: _lat(2.0, 5.0)},
+        "reserve_latency": {0.5: _lat(10.0, 40.0), 0.9: _lat(40.0, 90.0)},
+        "redis_ops": Measured(50_000.0, "redis"),
+        "writer_rate": Measured(5_000.0, "writer"),
+        "loadgen_rps": Measured(2_000.0, "locust"),
+    }
+    base.update(changes)
+    return Figures(**base)
+
+
+TARGET = Target(rps=500_000, sold_out_share=0.98, stock=10_000, items=1, p99_ms=100)
+
+
+def test_ceil_div_rounds_up_but_not_on_float_noise() -> None:
+    assert capacity.ceil_div(7, 2) == 4
+    assert capacity.ceil_div(0.1 + 0.2, 0.3) == 1  # 1.0000000000000002 is one, not two
+    assert capacity.ceil_div(0, 5) == 1  # never zero of anything
+    with pytest.raises(ValueError):
+        capacity.ceil_div(1, 0)
+
+
+def test_interpolate_is_linear_inside_and_flat_outside() -> None:
+    points = {0.5: 10.0, 0.9: 50.0}
+    assert capacity.interpolate(points, 0.7) == pytest.approx(30.0)
+    assert capacity.interpolate(points, 0.1) == 10.0
+    assert capacity.interpolate(points, 1.0) == 50.0
+    assert capacity.interpolate({}, 0.7) is None
+
+
+def test_gateway_cores_weigh_the_two_paths_by_share() -> None:
+    # 500k × (0.98 × 50 µs + 0.02 × 500 µs) = 500k × 59 µs = 29.5 cores
+    assert capacity.gateway_cores(TARGET, _figures(), 0.7) == pytest.approx(29.5)
+
+
+def test_the_cost_at_partial_load_comes_from_the_open_loop_runs_when_measured() -> None:
+    # Sold-out 60 µs at 50% and 100 µs at 90% of the maximum: 80 µs at 70%;
+    # 500k × (0.98 × 80 + 0.02 × 500) / 1e6 = 44.2 cores busy, ÷ 0.7 = 63.1 -> 64 processes.
+    f = _figures(soldout_us_at={0.5: 60.0, 0.9: 100.0})
+    assert capacity.gateway_cores(TARGET, f, 0.7) == pytest.approx(44.2)
+    fleet = capacity.plan(TARGET, f)
+    assert fleet.gateway_processes == 64
+    assert any("open loop at 70%" in line for line in fleet.reasons)
+
+
+def test_plan_for_the_issue_target() -> None:
+    fleet = capacity.plan(TARGET, _figures())
+    assert fleet.utilisation == pytest.approx(0.7)
+    assert fleet.gateway_processes == 43  # ceil(29.5 / 0.7 = 42.1)
+    assert fleet.p99_met
+    # At 70%, the reserve path's p50 is 25 ms (10 → 40 ms between 50% and 90%): with 2% of the
+    # requests on it and every sold-out answer far faster, half the reserve answers are the
+    # slowest 1% of all, so the mix's p99 is the reserve path's median.
+    assert fleet.predicted_p99_ms == pytest.approx(25.0, abs=0.01)
+    assert fleet.shards_per_item == 1  # 10k calls/s < 35k/s per core
+    assert fleet.redis_primaries == 1
+    assert fleet.writers == 1  # 10k orders in 10 s = 1k/s < 3.5k/s
+    assert fleet.kafka_partitions == 1
+    assert fleet.loadgen_workers == 358  # ceil(500k / 1.4k = 357.1)
+    assert len(fleet.reasons) >= 6
+
+
+def test_hot_item_needs_more_shards_and_primaries_when_more_requests_reach_redis() -> None:
+    target = Target(rps=500_000, sold_out_share=0.5, stock=10_000, items=1)
+    fleet = capacity.plan(target, _figures())
+    assert fleet.shards_per_item == 8  # 250k calls/s ÷ 35k/s = 7.1
+    assert fleet.redis_primaries == 8
+
+
+def test_shards_never_exceed_the_stock() -> None:
+    target = Target(rps=500_000, sold_out_share=0.0, stock=3, items=1)
+    assert capacity.plan(target, _figures()).shards_per_item == 3
+
+
+def test_several_items_split_the_shards_not_the_primaries() -> None:
+    target = Target(rps=500_000, sold_out_share=0.5, stock=10_000, items=4)
+    fleet = capacity.plan(target, _figures())
+    assert fleet.shards_per_item == 2  # 62.5k calls/s per item ÷ 35k/s
+    assert fleet.redis_primaries == 8
+    assert fleet.writers == 2  # 40k orders in 10 s = 4k/s > 3.5k/s
+
+
+def test_tail_is_linear_between_percentiles() -> None:
+    lat = {50.0: 10.0, 90.0: 20.0, 99.0: 40.0, 100.0: 80.0}
+    assert capacity.tail(lat, 0.0) == 1.0
+    assert capacity.tail(lat, 10.0) == pytest.approx(0.5)
+    assert capacity.tail(lat, 15.0) == pytest.approx(0.3)
+    assert capacity.tail(lat, 30.0) == pytest.approx(0.055)
+    assert capacity.tail(lat, 1000.0) == 0.0
+
+
+def test_mix_quantile_weighs_each_kind_by_its_share() -> None:
+    fast = {50.0: 1.0, 90.0: 2.0, 99.0: 3.0, 99.9: 4.0, 100.0: 5.0}
+    slow = {50.0: 50.0, 90.0: 100.0, 99.0: 200.0, 99.9: 300.0, 100.0: 400.0}
+    assert capacity.mix_quantile([(1.0, slow)], 0.99) == pytest.approx(200.0, abs=0.01)
+    assert capacity.mix_quantile([(0.98, fast), (0.02, slow)], 0.99) == pytest.approx(
+        50.0, abs=0.01
+    )
+    # 10% slow: the slowest 1% of all is the slow kind's p90
+    assert capacity.mix_quantile([(0.9, fast), (0.1, slow)], 0.99) == pytest.approx(100.0, abs=0.01)
+
+
+def test_utilisation_drops_until_the_p99_target_is_met() -> None:
+    # Reserve p50 = 20 + 180 (u - 0.5) / 0.4: 110 ms at 70%, 96.5 ms at 67%, and with 2% of the
+    # requests on the reserve path, the mix's p99 is the reserve p50.
+    f = _figures(reserve_latency={0.5: _lat(20.0, 300.0), 0.9: _lat(200.0, 900.0)})
+    fleet = capacity.plan(TARGET, f)
+    assert fleet.utilisation == pytest.approx(0.67)
+    assert fleet.p99_met
+    assert fleet.gateway_processes == 45  # ceil(29.5 / 0.67 = 44.03)
+
+
+def test_a_target_below_the_half_load_p99_is_reported_not_met() -> None:
+    f = _figures(reserve_latency={0.5: _lat(150.0, 300.0), 0.9: _lat(400.0, 900.0)})
+    fleet = capacity.plan(TARGET, f)
+    assert not fleet.p99_met
+    assert fleet.utilisation == pytest.approx(0.5)  # never extrapolated below what was measured
+
+
+def test_without_open_loop_figures_the_headroom_alone_decides() -> None:
+    fleet = capacity.plan(TARGET, _figures(soldout_latency={}, reserve_latency={}))
+    assert fleet.utilisation == pytest.approx(0.7)
+    assert fleet.predicted_p99_ms is None
+
+
+def test_shared_cores_rps_is_bounded_by_the_workers_and_by_the_machine() -> None:
+    assert capacity.shared_cores_rps(50.0, 100.0, 2, 2) == pytest.approx(20_000)
+    assert capacity.shared_cores_rps(50.0, 60.0, 1, 2) == pytest.approx(20_000)
+
+
+def _run(section: str, scenario: str, subject: str, repeat: int, **metrics: Any) -> dict[str, Any]:
+    return {
+        "phase": section,
+        "scenario": scenario,
+        "subject": subject,
+        "repeat": repeat,
+        "metrics": metrics,
+        "problems": [],
+    }
+
+
+def _open(p99: float, lag: float) -> dict[str, float]:
+    return {
+        "p50_ms": p99 / 4,
+        "p90_ms": p99 / 2,
+        "p99_ms": p99,
+        "p999_ms": p99 * 2,
+        "max_ms": p99 * 3,
+        "dispatch_lag_p99_ms": lag,
+    }
+
+
+def _section(*runs: dict[str, Any]) -> dict[str, Any]:
+    return {"started_at": "2026-12-01 00:00:00", "runs": list(runs)}
+
+
+def _results() -> dict[str, Any]:
+    return {
+        "format": 2,
+        "sections": {
+            "closed": _section(
+                *(
+                    _run("closed", "sold_out", "gateway", r, cpu_us_per_req=v)
+                    for r, v in enumerate((40, 50, 60))
+                ),
+                *(
+                    _run("closed", "reserve", "gateway", r, cpu_us_per_req=v)
+                    for r, v in enumerate((400, 500, 900))
+                ),
+            ),
+            "open": _section(
+                _run("open", "sold_out@0.5", "gateway", 0, **_open(2.0, lag=0.1)),
+                _run("open", "sold_out@0.9", "gateway", 0, **_open(9.0, lag=3.0)),
+                _run("open", "reserve@0.5", "gateway", 0, **_open(20.0, lag=0.2)),
+            ),
+            "redis": _section(
+                _run("redis", "redis", "cluster node :7101 (stack)|16", 0, ops_per_s=50_000),
+                _run("redis", "redis", "cluster node :7101 (stack)|1", 0, ops_per_s=9_000),
+            ),
+            "writer": _section(_run("writer", "batch", "1000", 0, orders_per_s=5_000)),
+            "loadgen": _section(_run("loadgen", "ceiling", "openloop", 0, rps=20_000)),
+        },
+    }
+
+
+def test_figures_are_the_medians_of_the_stored_runs() -> None:
+    f = plan.figures(_results())
+    assert f.soldout_us.value == 50
+    assert f.reserve_us.value == 500
+    assert {f: lat[99.0] for f, lat in f.soldout_latency.items()} == {0.5: 2.0, 0.9: 9.0}
+    assert f.reserve_latency == {0.5: {50.0: 5.0, 90.0: 10.0, 99.0: 20.0, 99.9: 40.0, 100.0: 60.0}}
+    assert f.redis_ops.value == 50_000  # the pipelined figure
+    assert f.writer_rate.value == 5_000
+    assert f.loadgen_rps.value == 20_000  # no Locust run: the open-loop generator stands in
+    assert "open-loop" in f.loadgen_rps.source
+    assert f.other_loadgen is not None and f.other_loadgen.value == 20_000
+    assert "sold_out at 90%" in f.latency_source  # the generator lagged there: said so
+
+
+def test_a_missing_section_names_the_command_that_measures_it() -> None:
+    res = _results()
+    del res["sections"]["writer"]
+    with pytest.raises(plan.MissingFigure, match="--only writer"):
+        plan.figures(res)

@@ -1,0 +1,643 @@
+"""Vouchers end to end on the real stack: a gateway subprocess, and (for flash vouchers) a writer
+subprocess consuming this module's own vouchers topic with its own group, so nothing here
+touches another test's messages."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from jobs.expiry import expire_once
+from jobs.voucher_reconcile import reconcile_vouchers
+from kernel.events import VoucherReserved, encode
+from kernel.settings import PROJECT_ROOT, Settings
+from shard_router import ShardRouter, VoucherStore, voucher_keys
+from tests.support.gateway import running_gateway
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+PORT = 18301
+SHORT_HOLD_PORT = 18302
+SERVICE = {"Authorization": "Bearer dev-service-token"}
+ADMIN = {"Authorization": "Bearer dev-admin-token"}
+KINDS = ["flash", "ordinary"]
+Answer = tuple[int, dict[str, Any]]
+
+
+# Module plumbing: topics, a voucher writer, a gateway.
+
+
+@pytest.fixture(scope="module")
+def env(live_stack: Settings) -> Iterator[dict[str, str]]:
+    tag = uuid.uuid4().hex[:12]
+    vouchers, deadletter = f"test.vouchers.{tag}", f"test.deadletter.{tag}"
+    admin = AdminClient({"bootstrap.servers": live_stack.kafka_bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(vouchers, 3, 1), NewTopic(deadletter, 1, 1)], operation_timeout=10
+    ).values():
+        future.result(timeout=30)
+    deadline = time.monotonic() + 30
+    while len(admin.list_topics(vouchers, timeout=5).topics[vouchers].partitions) < 3:
+        assert time.monotonic() < deadline, "vouchers topic not listed"
+        time.sleep(0.05)
+    yield {
+        "FLASHSALE_VOUCHERS_TOPIC": vouchers,
+        "FLASHSALE_DEADLETTER_TOPIC": deadletter,
+        "FLASHSALE_VOUCHER_WRITER_GROUP": f"test-voucher-writer-{tag}",
+        "FLASHSALE_WRITER_STREAMS": "vouchers",
+    }
+    for future in admin.delete_topics([vouchers, deadletter], operation_timeout=10).values():
+        future.exception(timeout=30)  # cleanup only
+
+
+@pytest.fixture(scope="module")
+def vcfg(live_stack: Settings, env: dict[str, str]) -> Settings:
+    """Settings pointed at this module's vouchers topic and writer group."""
+    return dataclasses.replace(
+        live_stack,
+        vouchers_topic=env["FLASHSALE_VOUCHERS_TOPIC"],
+        voucher_writer_group=env["FLASHSALE_VOUCHER_WRITER_GROUP"],
+    )
+
+
+@pytest.fixture(scope="module")
+def voucher_writer(env: dict[str, str]) -> Iterator[None]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "writer", "--metrics-port", "0"],
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    yield
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+def _gateway_env(env: dict[str, str]) -> dict[str, str]:
+    return {
+        **env,
+        "FLASHSALE_OUTBOX_RELAY_MIN_AGE_MS": "2000",
+        "FLASHSALE_OUTBOX_RELAY_INTERVAL_MS": "500",
+    }
+
+
+@pytest.fixture(scope="module")
+def gateway(live_stack: Settings, env: dict[str, str], voucher_writer: None) -> Iterator[str]:
+    with running_gateway(live_stack, PORT, **_gateway_env(env)) as base:
+        yield base
+
+
+@pytest.fixture
+async def http(gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(gateway, connector=aiohttp.TCPConnector(limit=200)) as s:
+        yield s
+
+
+@pytest.fixture
+async def store(live_stack: Settings) -> AsyncIterator[VoucherStore]:
+    router = ShardRouter(live_stack)
+    await router.start()
+    yield VoucherStore(router)
+    await router.close()
+
+
+# Helpers.
+
+
+def _order_id() -> str:
+    return f"ord-{uuid.uuid4().hex}"
+
+
+async def _call(
+    http: aiohttp.ClientSession, method: str, path: str, **kwargs: Any
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    kwargs.setdefault("headers", SERVICE)
+    async with http.request(method, path, **kwargs) as response:
+        return response.status, await response.json(), dict(response.headers)
+
+
+async def _create(
+    http: aiohttp.ClientSession,
+    kind: str,
+    total: int,
+    *,
+    per_customer: int = 1,
+    min_order: int = 0,
+    starts_in_s: int = -60,
+    ends_in_s: int = 3600,
+) -> str:
+    code = f"T{kind[0]}-{uuid.uuid4().hex[:16]}"
+    now = dt.datetime.now(dt.UTC)
+    body = {
+        "code": code,
+        "discountAmount": 100_000,
+        "minOrderAmount": min_order,
+        "totalLimit": total,
+        "perCustomerLimit": per_customer,
+        "startsAt": (now + dt.timedelta(seconds=starts_in_s)).isoformat(),
+        "endsAt": (now + dt.timedelta(seconds=ends_in_s)).isoformat(),
+        "isFlash": kind == "flash",
+    }
+    status, created, _ = await _call(http, "POST", "/admin/vouchers", json=body, headers=ADMIN)
+    assert status == 201, created
+    if kind == "flash":
+        assert created["armed"] is True and created["remaining"] == total, created
+    return code
+
+
+async def _reserve(
+    http: aiohttp.ClientSession, code: str, customer: int, order_id: str, amount: int = 500_000
+) -> Answer:
+    """Reserve as the order service does: a 503 (undecided: a deadline passed on a loaded box)
+    is retried with the same orderId, which the contract makes safe."""
+    body = {"customerId": customer, "orderId": order_id, "orderAmount": amount}
+    for _ in range(20):
+        status, answer, _ = await _call(http, "POST", f"/vouchers/{code}/reservations", json=body)
+        if status != 503:
+            break
+        await asyncio.sleep(0.1)
+    return status, answer
+
+
+async def _settled(http: aiohttp.ClientSession, method: str, path: str) -> Answer:
+    """Call until the answer is not RESERVATION_PROCESSING (a flash use on its way to the DB)."""
+    deadline = time.monotonic() + 30
+    while True:
+        status, answer, headers = await _call(http, method, path)
+        if answer.get("error") != "RESERVATION_PROCESSING":
+            return status, answer
+        assert status == 409 and headers.get("Retry-After") == "1"
+        assert time.monotonic() < deadline, "the writer never stored the reservation"
+        await asyncio.sleep(0.05)
+
+
+async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def _used(db: asyncpg.Pool, code: str) -> int:
+    used: int = await db.fetchval("select used_count from voucher where code = $1", code)
+    return used
+
+
+async def _rows(db: asyncpg.Pool, code: str) -> dict[str, str]:
+    rows = await db.fetch(
+        "select order_id, status from voucher_redemption where voucher_code = $1", code
+    )
+    return {r["order_id"]: r["status"] for r in rows}
+
+
+async def _stored(db: asyncpg.Pool, code: str, count: int) -> dict[str, str]:
+    """The voucher's redemptions once ``count`` are stored (at once for ordinary vouchers)."""
+
+    async def enough() -> bool:
+        return len(await _rows(db, code)) >= count
+
+    await _until(enough)
+    return await _rows(db, code)
+
+
+# The race for the uses.
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_200_customers_race_for_10_uses(
+    kind: str,
+    http: aiohttp.ClientSession,
+    db: asyncpg.Pool,
+    store: VoucherStore,
+    vcfg: Settings,
+) -> None:
+    code = await _create(http, kind, 10)
+    order_ids = {customer: _order_id() for customer in range(1, 201)}
+    answers = await asyncio.gather(*(_reserve(http, code, c, o) for c, o in order_ids.items()))
+
+    assert Counter(status for status, _ in answers) == {201: 10, 409: 190}
+    assert all(a == {"error": "OUT_OF_STOCK"} for s, a in answers if s == 409)
+    winners = {a["orderId"] for s, a in answers if s == 201}
+    assert all(a["discountAmount"] == 100_000 for s, a in answers if s == 201)
+    assert set(await _stored(db, code, 10)) == winners
+    assert set((await _rows(db, code)).values()) == {"RESERVED"}
+    assert await _used(db, code) == 10
+    status, counters, _ = await _call(http, "GET", f"/admin/vouchers/{code}", headers=ADMIN)
+    assert status == 200
+    assert (counters["usedCount"], counters["reserved"], counters["totalLimit"]) == (10, 10, 10)
+    if kind == "flash":
+        assert (counters["redis"]["remaining"], counters["redis"]["holds"]) == (0, 10)
+
+        async def quiet() -> bool:
+            return (await store.state(code)).outbox == 0
+
+        await _until(quiet)
+    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    assert report.drift == 0 and report.used_count == 10
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_same_order_id_50_times_at_once_takes_one_use(
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore
+) -> None:
+    code = await _create(http, kind, 5)
+    order_id = _order_id()
+    answers = await asyncio.gather(*(_reserve(http, code, 42, order_id) for _ in range(50)))
+
+    assert {(s, a["orderId"], a["discountAmount"]) for s, a in answers} == {
+        (201, order_id, 100_000)
+    }
+    assert await _stored(db, code, 1) == {order_id: "RESERVED"}
+    assert await _used(db, code) == 1
+    if kind == "flash":
+        assert (await store.state(code)).remaining == 4
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_retry_after_sell_out_still_gets_its_first_answer(
+    kind: str, http: aiohttp.ClientSession
+) -> None:
+    code = await _create(http, kind, 1)
+    winner = _order_id()
+    first = await _reserve(http, code, 7, winner)
+    assert first[0] == 201
+    # A loser sells the voucher out (and, for a flash voucher, raises the local flag) ...
+    assert await _reserve(http, code, 8, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
+    # ... yet the winner's retry is answered as the first time, not OUT_OF_STOCK.
+    assert await _reserve(http, code, 7, winner) == first
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_per_customer_limit_of_two(
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    code = await _create(http, kind, 10, per_customer=2)
+    mine = [await _reserve(http, code, 7, _order_id()) for _ in range(3)]
+    assert [s for s, _ in mine] == [201, 201, 409]
+    assert mine[2][1] == {"error": "ALREADY_USED"}
+    assert (await _reserve(http, code, 8, _order_id()))[0] == 201
+    await _stored(db, code, 3)
+    assert await _used(db, code) == 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_expired_not_started_and_below_minimum_are_not_eligible(
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    expired = await _create(http, kind, 5, starts_in_s=-7200, ends_in_s=-3600)
+    later = await _create(http, kind, 5, starts_in_s=3600, ends_in_s=7200)
+    minimum = await _create(http, kind, 5, min_order=5000)
+    cases = [(expired, 10_000, "EXPIRED"), (later, 10_000, "NOT_STARTED")]
+    cases.append((minimum, 4999, "BELOW_MIN_ORDER"))
+    for code, amount, reason in cases:
+        answer = await _reserve(http, code, 1, _order_id(), amount)
+        assert answer == (422, {"error": "NOT_ELIGIBLE", "reason": reason}), code
+    assert (await _reserve(http, minimum, 1, _order_id(), 5000))[0] == 201
+    await _stored(db, minimum, 1)
+    for code in (expired, later):
+        assert await _used(db, code) == 0 and await _rows(db, code) == {}
+
+
+# Release, confirm, expiry.
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_reserve_release_release_again_gives_one_use_back(
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore
+) -> None:
+    code = await _create(http, kind, 1)
+    order_id = _order_id()
+    assert (await _reserve(http, code, 1, order_id))[0] == 201
+    path = f"/vouchers/{code}/reservations/{order_id}"
+    released = {"orderId": order_id, "status": "RELEASED"}
+    assert await _settled(http, "DELETE", path) == (200, released)
+    assert await _settled(http, "DELETE", path) == (200, released)
+    assert await _used(db, code) == 0
+    assert await _rows(db, code) == {order_id: "RELEASED"}
+    if kind == "flash":
+        state = await store.state(code)
+        assert (state.remaining, state.holds, state.customers) == (1, 0, 0)
+    # The released orderId is not taken again; exactly one use came back.
+    assert await _reserve(http, code, 1, order_id) == (409, {"error": "RESERVATION_EXPIRED"})
+    assert (await _reserve(http, code, 1, _order_id()))[0] == 201
+    assert await _reserve(http, code, 2, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
+    await _until(lambda: _used_is(db, code, 1))
+
+
+async def _used_is(db: asyncpg.Pool, code: str, expected: int) -> bool:
+    return await _used(db, code) == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_confirm_is_idempotent_and_a_confirmed_use_is_spent(
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    code = await _create(http, kind, 3)
+    order_id = _order_id()
+    assert (await _reserve(http, code, 1, order_id))[0] == 201
+    path = f"/vouchers/{code}/reservations/{order_id}"
+    confirmed = (200, {"orderId": order_id, "status": "CONFIRMED"})
+    assert await _settled(http, "POST", f"{path}/confirm") == confirmed
+    assert await _settled(http, "POST", f"{path}/confirm") == confirmed
+    assert (await _call(http, "DELETE", path))[:2] == (409, {"error": "ALREADY_CONFIRMED"})
+    unknown = f"/vouchers/{code}/reservations/{_order_id()}"
+    assert (await _call(http, "POST", f"{unknown}/confirm"))[:2] == (
+        404,
+        {"error": "RESERVATION_NOT_FOUND"},
+    )
+    assert (await _call(http, "DELETE", unknown))[:2] == (404, {"error": "RESERVATION_NOT_FOUND"})
+    assert await _rows(db, code) == {order_id: "CONFIRMED"}
+    assert await _used(db, code) == 1
+
+
+async def test_a_flash_use_the_writer_has_not_stored_yet_is_processing(
+    http: aiohttp.ClientSession, store: VoucherStore
+) -> None:
+    code = await _create(http, "flash", 2)
+    order_id = _order_id()  # a use Redis granted whose event is not in the database yet
+    assert (await store.reserve(code, 5, order_id, 1, b"in flight")).remaining == 1
+    try:
+        path = f"/vouchers/{code}/reservations/{order_id}"
+        for method, suffix in (("POST", "/confirm"), ("DELETE", "")):
+            status, answer, headers = await _call(http, method, path + suffix)
+            assert (status, answer) == (409, {"error": "RESERVATION_PROCESSING"})
+            assert headers["Retry-After"] == "1"
+    finally:
+        await store.router.client.hdel(voucher_keys(code).outbox, order_id)
+        assert await store.release(code, order_id, ended=False)
+
+
+@pytest.fixture
+def short_hold_gateway(
+    live_stack: Settings, env: dict[str, str], voucher_writer: None
+) -> Iterator[str]:
+    gateway_env = _gateway_env(env) | {"FLASHSALE_VOUCHER_HOLD_SECONDS": "3"}
+    with running_gateway(live_stack, SHORT_HOLD_PORT, **gateway_env) as base:
+        yield base
+
+
+async def test_unconfirmed_reservations_expire_once_and_come_back(
+    short_hold_gateway: str, db: asyncpg.Pool, store: VoucherStore
+) -> None:
+    async with aiohttp.ClientSession(short_hold_gateway) as http:
+        # The writer first joins its group: wait for one stored use before the 3 s hold counts.
+        warm = await _create(http, "flash", 1)
+        assert (await _reserve(http, warm, 1, _order_id()))[0] == 201
+        await _stored(db, warm, 1)
+        codes = {kind: await _create(http, kind, 3) for kind in KINDS}
+        taken = {kind: [(c, _order_id()) for c in (1, 2, 3)] for kind in KINDS}  # customer, orderId
+        for kind, code in codes.items():
+            for customer, order_id in taken[kind]:
+                assert (await _reserve(http, code, customer, order_id))[0] == 201
+            kept = taken[kind][0][1]
+            answer = await _settled(http, "POST", f"/vouchers/{code}/reservations/{kept}/confirm")
+            assert answer[0] == 200, answer
+            await _stored(db, code, 3)
+
+        async def all_due() -> bool:
+            due: bool = await db.fetchval(
+                "select bool_and(expires_at <= now()) from voucher_redemption"
+                " where voucher_code = any($1::text[]) and status = 'RESERVED'",
+                list(codes.values()),
+            )
+            return due
+
+        await _until(all_due)
+        # Two expiry jobs at once: every due reservation ends once, and its use comes back once.
+        expired = await asyncio.gather(expire_once(db, store.router), expire_once(db, store.router))
+        assert sum(expired) >= 4
+
+        for kind, code in codes.items():
+            statuses = await _rows(db, code)
+            assert sorted(statuses.values()) == ["CONFIRMED", "EXPIRED", "EXPIRED"], kind
+            assert await _used(db, code) == 1
+            if kind == "flash":
+                state = await store.state(code)
+                assert (state.remaining, state.holds, state.customers) == (2, 1, 1)
+            late = taken[kind][1][1]
+            confirm = f"/vouchers/{code}/reservations/{late}/confirm"
+            assert (await _call(http, "POST", confirm))[:2] == (
+                409,
+                {"error": "RESERVATION_EXPIRED"},
+            )
+            # The two uses are back, and only two.
+            again = [await _reserve(http, code, c, _order_id()) for c in (4, 5, 6)]
+            assert [s for s, _ in again] == [201, 201, 409], kind
+        assert await expire_once(db, store.router) >= 0
+
+
+# The database is the last guard.
+
+
+async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
+    http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore, vcfg: Settings
+) -> None:
+    code = await _create(http, "flash", 2)
+    granted = [(f"ord-{uuid.uuid4().hex}", customer) for customer in (1, 2, 3)]
+    await store.load(code, 0, granted, [])  # a Redis that (after a failover) granted three
+    now_ms = int(time.time() * 1000)
+    events = [
+        VoucherReserved(o, code, c, 500_000, 100_000, now_ms, now_ms + 900_000) for o, c in granted
+    ]
+
+    def produce() -> None:
+        producer = Producer({"bootstrap.servers": vcfg.kafka_bootstrap, "acks": "all"})
+        for event in events:
+            # One partition: the writer sees them in this order, so the third is refused.
+            producer.produce(
+                vcfg.vouchers_topic, encode(event), event.order_id.encode(), partition=0
+            )
+        assert producer.flush(30) == 0
+
+    await asyncio.to_thread(produce)
+    stored = await _stored(db, code, 3)
+    assert [stored[o] for o, _ in granted] == ["RESERVED", "RESERVED", "FAILED"]
+    assert await _used(db, code) == 2
+    refused = granted[2][0]
+    reason = await db.fetchval(
+        "select failure_reason from voucher_redemption where order_id = $1", refused
+    )
+    assert reason.startswith("out of stock")
+    confirm = f"/vouchers/{code}/reservations/{refused}/confirm"
+    assert (await _call(http, "POST", confirm))[:2] == (409, {"error": "RESERVATION_FAILED"})
+
+    async def given_back() -> bool:
+        return refused not in await store.holds(code)
+
+    await _until(given_back)
+    # Reconciliation sees the use Redis invented; arming from the database repairs it.
+    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    assert report.use_drift == -1 and report.drift > 0
+    status, armed, _ = await _call(http, "POST", f"/admin/vouchers/{code}/arm", headers=ADMIN)
+    assert (status, armed["remaining"], armed["held"]) == (200, 0, 2)
+    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    assert report.drift == 0
+
+
+async def test_reconciliation_finds_lost_and_stale_holds_and_fix_releases_stale(
+    http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore, vcfg: Settings
+) -> None:
+    code = await _create(http, "flash", 5)
+    order_ids = [_order_id() for _ in range(3)]
+    for customer, order_id in enumerate(order_ids, 1):
+        assert (await _reserve(http, code, customer, order_id))[0] == 201
+    await _stored(db, code, 3)
+    keys = voucher_keys(code)
+    # A hold lost by a failover, and one the database ended without Redis hearing of it.
+    await store.router.client.hdel(keys.holds, order_ids[0])
+    await db.execute(
+        "update voucher_redemption set status = 'RELEASED' where order_id = $1", order_ids[1]
+    )
+    await db.execute("update voucher set used_count = used_count - 1 where code = $1", code)
+    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    assert (report.lost, len(report.stale)) == (1, 1)
+    [report] = await reconcile_vouchers(vcfg, db, store, [code], fix=True)
+    assert (report.lost, len(report.stale)) == (1, 0)
+    assert report.remaining == 3  # the stale hold's use is back
+
+
+# The edges: tokens, bodies, codes, metrics.
+
+
+async def test_bad_tokens_bodies_and_codes_are_4xx_and_take_nothing(
+    http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    code = await _create(http, "ordinary", 5)
+    path = f"/vouchers/{code}/reservations"
+    good = {"customerId": 1, "orderId": _order_id(), "orderAmount": 10}
+    for headers in ({}, {"Authorization": "Bearer nope"}, ADMIN, {"Authorization": "dev"}):
+        answer = await _call(http, "POST", path, json=good, headers=headers)
+        assert answer[:2] == (401, {"error": "UNAUTHORIZED"}), headers
+    bodies: list[Any] = [
+        b"{not json",
+        b"[]",
+        b"",
+        b"\xff\xfe",
+        {"customerId": "1", "orderId": "o", "orderAmount": 1},
+        {"customerId": 1, "orderId": "o", "orderAmount": 1, "extra": True},
+        {"customerId": 1, "orderId": "o"},
+        {"customerId": 1, "orderId": "o", "orderAmount": -1},
+        {"customerId": 0, "orderId": "o", "orderAmount": 1},
+        {"customerId": 2**63, "orderId": "o", "orderAmount": 1},
+        {"customerId": 1, "orderId": "has space", "orderAmount": 1},
+        {"customerId": 1, "orderId": "x" * 129, "orderAmount": 1},
+        {"customerId": 1, "orderId": "nul\u0000", "orderAmount": 1},
+        {"customerId": 1, "orderId": "", "orderAmount": 1},
+        b'{"customerId": 1, "orderId": "o", "orderAmount": 1' + b" " * 70_000 + b"}",
+    ]
+    for body in bodies:
+        kwargs: dict[str, Any] = {"data": body} if isinstance(body, bytes) else {"json": body}
+        status, refused, _ = await _call(http, "POST", path, **kwargs)
+        assert status == 400 and refused["error"] in ("INVALID_REQUEST", "BODY_TOO_LARGE"), body
+    for unknown in ("NOPE-" + uuid.uuid4().hex, "bad.code", "x" * 65):
+        reply = await _call(http, "POST", f"/vouchers/{unknown}/reservations", json=good)
+        assert reply[:2] == (404, {"error": "VOUCHER_NOT_FOUND"}), unknown
+    assert await _used(db, code) == 0 and await _rows(db, code) == {}
+
+    now = dt.datetime.now(dt.UTC)
+    new = {
+        "code": code,
+        "discountAmount": 1,
+        "totalLimit": 1,
+        "startsAt": now.isoformat(),
+        "endsAt": (now + dt.timedelta(hours=1)).isoformat(),
+    }
+    assert (await _call(http, "POST", "/admin/vouchers", json=new))[0] == 401
+    exists = await _call(http, "POST", "/admin/vouchers", json=new, headers=ADMIN)
+    assert exists[:2] == (409, {"error": "VOUCHER_EXISTS"})
+    for change in (
+        {"perCustomerLimit": 0},
+        {"discountAmount": 0},
+        {"endsAt": now.isoformat()},
+        {"startsAt": "2026-01-01T00:00:00"},
+        {"code": "bad code"},
+        {"isFlash": "yes"},
+    ):
+        bad = new | {"code": f"B-{uuid.uuid4().hex[:8]}"} | change
+        answer = await _call(http, "POST", "/admin/vouchers", json=bad, headers=ADMIN)
+        assert answer[:2][0] == 400 and answer[1]["error"] == "INVALID_REQUEST", change
+
+
+async def test_order_ids_belong_to_one_customer_and_one_voucher(
+    http: aiohttp.ClientSession,
+) -> None:
+    ordinary, other, flash = (
+        await _create(http, "ordinary", 5),
+        await _create(http, "ordinary", 5),
+        await _create(http, "flash", 5),
+    )
+    conflict = (409, {"error": "ORDER_ID_CONFLICT"})
+    order_id = _order_id()
+    assert (await _reserve(http, ordinary, 1, order_id))[0] == 201
+    assert await _reserve(http, ordinary, 2, order_id) == conflict
+    assert await _reserve(http, other, 1, order_id) == conflict
+    flash_order = _order_id()
+    first = await _reserve(http, flash, 1, flash_order)
+    assert first[0] == 201, first
+    assert await _reserve(http, flash, 2, flash_order) == conflict
+
+
+async def test_voucher_uses_are_in_the_metrics(http: aiohttp.ClientSession) -> None:
+    code = await _create(http, "flash", 1)
+    assert (await _reserve(http, code, 1, _order_id()))[0] == 201
+    assert (await _reserve(http, code, 2, _order_id()))[0] == 409
+    async with http.get("/metrics") as response:
+        text = await response.text()
+    assert 'flashsale_voucher_reservations_total{kind="flash",outcome="reserved"}' in text
+    assert 'flashsale_voucher_reservations_total{kind="flash",outcome="out_of_stock"}' in text
+    assert f'flashsale_voucher_remaining{{code="{code}"}} 0.0' in text
+
+
+@pytest.mark.faults
+async def test_a_gateway_killed_between_redis_and_kafka_leaves_no_ghost_hold(
+    live_stack: Settings,
+    env: dict[str, str],
+    gateway: str,
+    http: aiohttp.ClientSession,
+    db: asyncpg.Pool,
+    store: VoucherStore,
+) -> None:
+    """The use is in Redis with its outbox entry; the surviving gateway's relay sends it."""
+    code = await _create(http, "flash", 3)
+    order_id = _order_id()
+    doomed_env = _gateway_env(env) | {"FLASHSALE_FAILPOINTS": "gateway.after_voucher_reserve"}
+    with running_gateway(live_stack, SHORT_HOLD_PORT, **doomed_env) as doomed:
+        async with aiohttp.ClientSession(doomed) as other:
+            with pytest.raises(aiohttp.ClientError):
+                await _reserve(other, code, 9, order_id)
+    assert await store.holds_order(code, order_id)  # taken; Kafka never saw it from that one
+    assert await _stored(db, code, 1) == {order_id: "RESERVED"}
+    assert await _used(db, code) == 1
+
+    async def acked() -> bool:
+        return await store.outbox(code) == {}
+
+    await _until(acked)
+    # The caller's retry gets the first answer; the use is not taken twice.
+    assert await _reserve(http, code, 9, order_id) == (
+        201,
+        {"orderId": order_id, "discountAmount": 100_000},
+    )
+    assert (await store.state(code)).remaining == 2
