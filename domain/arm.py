@@ -1,19 +1,21 @@
-"""Arm / warm-up: load each item's stock shards from the database.
+"""Arm / warm-up of a sale: load each item's stock shards from the database (domain/warm_up.py).
 
 Each shard gets its share of ``quantity − held``, where held counts every unit a live order has:
 the active orders in the database (PENDING, PAID) and the holds Redis already has that the
-writer has not stored yet. Loading from ``quantity`` alone would resell units after a Redis
-restart; this never does. The hold records and buyers' dedup entries are rebuilt with it.
+writer has not stored yet. The buyers' dedup entries are rebuilt on their home shards.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import asyncpg
 
 from domain.errors import NotReady
-from shard_router import ShardRouter, home_shard
+from domain.ports import ArmableShards, ClusterReadiness, ShardLoader
+from domain.warm_up import Hold, Stored, warm_up
+from kernel.sharding import home_shard
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +26,7 @@ class ArmedItem:
     held: int
 
 
-async def check_cluster_ready(router: ShardRouter) -> None:
+async def check_cluster_ready(router: ClusterReadiness) -> None:
     """Refuse to open a sale until every primary has a replica in sync and every script."""
     lagging = [node for node, ok in (await router.replicas_in_sync()).items() if not ok]
     if lagging:
@@ -34,36 +36,63 @@ async def check_cluster_ready(router: ShardRouter) -> None:
         raise NotReady("scripts are not loaded on every primary")
 
 
-async def arm_item(pool: asyncpg.Pool, router: ShardRouter, item_id: int) -> ArmedItem:
+@dataclass(frozen=True, slots=True)
+class _ItemShards:
+    """An item's shards as warm-up's Stock: the places are the shard numbers."""
+
+    pool: asyncpg.Pool
+    router: ShardLoader
+    item_id: int
+    quantity: int
+    shards: int
+
+    @property
+    def places(self) -> range:
+        return range(self.shards)
+
+    def busy(self, place: int) -> str:
+        return f"item {self.item_id} shard {place} has orders in flight (outbox not empty)"
+
+    async def outbox(self, place: int) -> Mapping[str, bytes]:
+        return await self.router.outbox(self.item_id, place)
+
+    async def holds(self, place: int) -> Mapping[str, int]:
+        return await self.router.holds(self.item_id, place)
+
+    async def stored(self) -> Stored[int]:
+        rows = await self.pool.fetch(
+            "select id::text as id, user_id, shard from flash_sale_order "
+            "where item_id = $1 and status in ('PENDING', 'PAID')",
+            self.item_id,
+        )
+        active = [Hold(r["id"], r["user_id"], r["shard"]) for r in rows]
+        # Only the active orders are read: a Redis hold of an ended one is kept as if in flight,
+        # and reconciliation releases it as stale.
+        known = frozenset(hold.order_id for hold in active)
+        return Stored(self.quantity, len(active), active, known)
+
+    async def load(self, place: int, units: int, holds: list[Hold[int]]) -> None:
+        await self.router.load_shard(
+            self.item_id,
+            place,
+            units,
+            [(h.order_id, h.owner) for h in holds if h.place == place],
+            [(h.owner, h.order_id) for h in holds if home_shard(h.owner, self.shards) == place],
+        )
+
+
+async def arm_item(pool: asyncpg.Pool, router: ShardLoader, item_id: int) -> ArmedItem:
     item = await pool.fetchrow(
         "select quantity, shards from flash_sale_item where id = $1", item_id
     )
     if item is None:
         raise NotReady(f"item {item_id} does not exist")
-    shards: int = item["shards"]
-    for k in range(shards):
-        if await router.outbox(item_id, k):
-            raise NotReady(f"item {item_id} shard {k} has orders in flight (outbox not empty)")
-    active = await pool.fetch(
-        "select id::text as id, user_id, shard from flash_sale_order "
-        "where item_id = $1 and status in ('PENDING', 'PAID')",
-        item_id,
-    )
-    holds: dict[str, tuple[int, int]] = {r["id"]: (r["user_id"], r["shard"]) for r in active}
-    for k in range(shards):
-        for order_id, user_id in (await router.holds(item_id, k)).items():
-            holds.setdefault(order_id, (user_id, k))  # accepted, not yet written by the writer
-    units = max(0, item["quantity"] - len(holds))
-    base, extra = divmod(units, shards)
-    for k in range(shards):
-        shard_holds = [(o, u) for o, (u, s) in holds.items() if s == k]
-        buyers = [(u, o) for o, (u, _) in holds.items() if home_shard(u, shards) == k]
-        await router.load_shard(item_id, k, base + (1 if k < extra else 0), shard_holds, buyers)
-    return ArmedItem(item_id, shards, units, len(holds))
+    warmed = await warm_up(_ItemShards(pool, router, item_id, item["quantity"], item["shards"]))
+    return ArmedItem(item_id, item["shards"], warmed.units, warmed.active + warmed.in_flight)
 
 
 async def arm_sale(
-    pool: asyncpg.Pool, router: ShardRouter, sale_id: int, *, require_replicas: bool = True
+    pool: asyncpg.Pool, router: ArmableShards, sale_id: int, *, require_replicas: bool = True
 ) -> list[ArmedItem]:
     if require_replicas:
         await check_cluster_ready(router)

@@ -1,4 +1,4 @@
-"""Errors of the jobs, each mapped by the gateway to a 409 with a stable code."""
+"""Errors of the domain, each mapped by the gateway to a 409 with a stable code."""
 
 from __future__ import annotations
 

@@ -5,15 +5,15 @@ Redis only after the transaction that ended the order committed."""
 from __future__ import annotations
 
 import enum
-import logging
 import uuid
 from dataclasses import dataclass
 
 import asyncpg
 
-from shard_router import ShardRouter, ShardUnavailable
+from domain.give_back import give_back
+from domain.ports import UnitReleaser
 
-log = logging.getLogger(__name__)
+ACTIVE = ("PENDING", "PAID")  # the statuses of an order that holds its unit
 
 
 class PayResult(enum.Enum):
@@ -98,16 +98,11 @@ async def expire_due(pool: asyncpg.Pool, limit: int = 1000) -> list[Ended]:
     return _ended(await pool.fetch(_EXPIRE, "EXPIRED", limit))
 
 
-async def release_units(router: ShardRouter, ended: list[Ended]) -> set[int]:
-    """After the commit: give each ended order's unit back in Redis (idempotent). Returns the
-    items that got stock back. A failure leaves a stale hold that reconciliation releases."""
-    restocked: set[int] = set()
-    for order in ended:
-        try:
-            if await router.release(
-                order.item_id, order.shards, order.unit_shard, order.user_id, order.order_id
-            ):
-                restocked.add(order.item_id)
-        except ShardUnavailable as exc:
-            log.warning("release of %s deferred to reconciliation: %s", order.order_id, exc)
-    return restocked
+async def release_units(router: UnitReleaser, ended: list[Ended]) -> set[int]:
+    """After the commit: give each ended order's unit back in Redis (idempotent), and forget the
+    buyer's dedup entry. Returns the items that got stock back."""
+    released = await give_back(
+        ended,
+        lambda o: router.release(o.item_id, o.shards, o.unit_shard, o.user_id, o.order_id),
+    )
+    return {order.item_id for order in released}

@@ -1,22 +1,22 @@
-"""Arm / warm-up a flash voucher: load its uses into Redis from the database.
+"""Arm / warm-up a flash voucher: load its uses into Redis from the database (domain/warm_up.py).
 
-Uses left = ``total_limit − used_count − in flight``, where in flight counts the holds Redis
-already has that the writer has not stored yet; never ``total_limit`` alone, so a Redis restart
-never hands a use out twice. The hold records and the customers' counts are rebuilt from the
-active redemptions (RESERVED, CONFIRMED), and the ended ones are remembered, so a retry of a
-released orderId is still refused.
+Uses left = ``total_limit − used_count − in flight``. The hold records and the customers' counts
+are rebuilt from the active redemptions (RESERVED, CONFIRMED), and the ended ones are remembered,
+so a retry of a released orderId is still refused.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import asyncpg
 
 from domain.arm import check_cluster_ready
 from domain.errors import NotReady
+from domain.ports import VoucherLoader
 from domain.voucher_lifecycle import ACTIVE
-from shard_router.vouchers import VoucherStore
+from domain.warm_up import Hold, Stored, warm_up
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,31 +27,63 @@ class ArmedVoucher:
     in_flight: int  # holds in Redis not yet in the database
 
 
+@dataclass(slots=True)
+class _FlashVoucher:
+    """A flash voucher as warm-up's Stock: one place, its code (its uses are not sharded)."""
+
+    pool: asyncpg.Pool
+    store: VoucherLoader
+    code: str
+    ended: list[tuple[str, int]] = field(default_factory=list)  # found by stored(), for load()
+
+    @property
+    def places(self) -> tuple[str]:
+        return (self.code,)
+
+    def busy(self, place: str) -> str:
+        return f"voucher {place} has uses in flight (outbox not empty)"
+
+    async def outbox(self, place: str) -> Mapping[str, bytes]:
+        return await self.store.outbox(place)
+
+    async def holds(self, place: str) -> Mapping[str, int]:
+        return await self.store.holds(place)
+
+    async def stored(self) -> Stored[str]:
+        code = self.code
+        # One snapshot for used_count and the rows: a use the writer stores meanwhile is then
+        # either in both, or in neither (and found among Redis's holds, as in flight).
+        async with (
+            self.pool.acquire() as conn,
+            conn.transaction(isolation="repeatable_read", readonly=True),
+        ):
+            voucher = await conn.fetchrow(
+                "select total_limit, used_count, is_flash from voucher where code = $1", code
+            )
+            rows = await conn.fetch(
+                "select order_id, customer_id, status from voucher_redemption"
+                " where voucher_code = $1",
+                code,
+            )
+        if voucher is None:
+            raise NotReady(f"voucher {code} does not exist")
+        if not voucher["is_flash"]:
+            raise NotReady(f"voucher {code} is not a flash voucher: it needs no arming")
+        active = [
+            Hold(r["order_id"], r["customer_id"], code) for r in rows if r["status"] in ACTIVE
+        ]
+        self.ended = [(r["order_id"], r["customer_id"]) for r in rows if r["status"] not in ACTIVE]
+        known = frozenset(r["order_id"] for r in rows)
+        return Stored(voucher["total_limit"], voucher["used_count"], active, known)
+
+    async def load(self, place: str, units: int, holds: list[Hold[str]]) -> None:
+        await self.store.load(place, units, [(h.order_id, h.owner) for h in holds], self.ended)
+
+
 async def arm_voucher(
-    pool: asyncpg.Pool, store: VoucherStore, code: str, *, require_replicas: bool = True
+    pool: asyncpg.Pool, store: VoucherLoader, code: str, *, require_replicas: bool = True
 ) -> ArmedVoucher:
     if require_replicas:
         await check_cluster_ready(store.router)
-    if await store.outbox(code):
-        raise NotReady(f"voucher {code} has uses in flight (outbox not empty)")
-    # One snapshot for used_count and the rows: a use the writer stores meanwhile is then either
-    # in both, or in neither (and found below among Redis's holds, as in flight).
-    async with pool.acquire() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        voucher = await conn.fetchrow(
-            "select total_limit, used_count, is_flash from voucher where code = $1", code
-        )
-        rows = await conn.fetch(
-            "select order_id, customer_id, status from voucher_redemption where voucher_code = $1",
-            code,
-        )
-    if voucher is None:
-        raise NotReady(f"voucher {code} does not exist")
-    if not voucher["is_flash"]:
-        raise NotReady(f"voucher {code} is not a flash voucher: it needs no arming")
-    stored = {r["order_id"] for r in rows}
-    holds = [(r["order_id"], r["customer_id"]) for r in rows if r["status"] in ACTIVE]
-    ended = [(r["order_id"], r["customer_id"]) for r in rows if r["status"] not in ACTIVE]
-    in_flight = [(o, c) for o, c in (await store.holds(code)).items() if o not in stored]
-    remaining = max(0, voucher["total_limit"] - voucher["used_count"] - len(in_flight))
-    await store.load(code, remaining, holds + in_flight, ended)
-    return ArmedVoucher(code, remaining, len(holds), len(in_flight))
+    warmed = await warm_up(_FlashVoucher(pool, store, code))
+    return ArmedVoucher(code, warmed.units, warmed.active, warmed.in_flight)

@@ -10,17 +10,14 @@ within ``[0, total_limit]``.
 from __future__ import annotations
 
 import enum
-import logging
 from collections import Counter
 from dataclasses import dataclass
 
 import asyncpg
 
+from domain.give_back import give_back
+from domain.ports import UseReleaser
 from domain.vouchers import Outcome, ReservationRequest
-from shard_router import ShardUnavailable
-from shard_router.vouchers import VoucherStore
-
-log = logging.getLogger(__name__)
 
 ACTIVE = ("RESERVED", "CONFIRMED")
 
@@ -233,18 +230,9 @@ async def expire_due_vouchers(pool: asyncpg.Pool, limit: int = 1000) -> list[End
     ]
 
 
-async def release_uses(store: VoucherStore, ended: list[EndedUse]) -> set[str]:
-    """After the commit: give each ended flash use back in Redis (idempotent). Returns the codes
-    that got a use back. A failure leaves a stale hold that reconciliation releases."""
-    restocked: set[str] = set()
-    for use in ended:
-        if not use.is_flash:
-            continue
-        try:
-            if await store.release(use.code, use.order_id):
-                restocked.add(use.code)
-        except ShardUnavailable as exc:
-            log.warning(
-                "release of voucher use %s deferred to reconciliation: %s", use.order_id, exc
-            )
-    return restocked
+async def release_uses(store: UseReleaser, ended: list[EndedUse]) -> set[str]:
+    """After the commit: give each ended flash use back in Redis (idempotent); an ordinary use
+    lives only in the database. Returns the codes that got a use back."""
+    flash = [use for use in ended if use.is_flash]
+    released = await give_back(flash, lambda use: store.release(use.code, use.order_id))
+    return {use.code for use in released}

@@ -1,1 +1,1 @@
-"""Order lifecycle and the background jobs: arm / warm-up, expiry, reconciliation."""
+"""The background jobs: expiry and reconciliation (the arming they use lives in domain/)."""

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import asyncpg
 
-from domain.order_lifecycle import expire_due, release_units
+from domain.order_lifecycle import Ended, expire_due, release_units
 from domain.voucher_lifecycle import expire_due_vouchers, release_uses
 from kernel.periodic import run_every
 from shard_router import ShardRouter, VoucherStore
@@ -18,29 +20,41 @@ from shard_router.stock_events import publish
 
 log = logging.getLogger(__name__)
 
+E = TypeVar("E")
 
-async def expire_once(pool: asyncpg.Pool, router: ShardRouter, limit: int = 1000) -> int:
-    """Expire what is due, in rounds of ``limit``; returns how many orders and voucher uses
-    expired."""
+
+async def _in_rounds(
+    expire_due: Callable[[int], Awaitable[list[E]]],
+    give_back: Callable[[list[E]], Awaitable[object]],
+    limit: int,
+) -> int:
+    """End what is due ``limit`` at a time (each round one transaction), giving each round's
+    units back after its commit, until a round comes back short; returns how many ended."""
     total = 0
     while True:
-        ended = await expire_due(pool, limit)
-        for item_id in await release_units(router, ended):
-            await publish(router.client, "restock", item_id)
-        total += len(ended)
-        if len(ended) < limit:
-            return total + await expire_vouchers_once(pool, VoucherStore(router), limit)
-
-
-async def expire_vouchers_once(pool: asyncpg.Pool, store: VoucherStore, limit: int = 1000) -> int:
-    """Expire the voucher uses that are due, in rounds of ``limit``; returns how many."""
-    total = 0
-    while True:
-        ended = await expire_due_vouchers(pool, limit)
-        await release_uses(store, ended)
+        ended = await expire_due(limit)
+        await give_back(ended)
         total += len(ended)
         if len(ended) < limit:
             return total
+
+
+async def expire_once(pool: asyncpg.Pool, router: ShardRouter, limit: int = 1000) -> int:
+    """Expire what is due; returns how many orders and voucher uses expired."""
+
+    async def restock(ended: list[Ended]) -> None:
+        for item_id in await release_units(router, ended):
+            await publish(router.client, "restock", item_id)
+
+    orders = await _in_rounds(lambda n: expire_due(pool, n), restock, limit)
+    return orders + await expire_vouchers_once(pool, VoucherStore(router), limit)
+
+
+async def expire_vouchers_once(pool: asyncpg.Pool, store: VoucherStore, limit: int = 1000) -> int:
+    """Expire the voucher uses that are due; returns how many."""
+    return await _in_rounds(
+        lambda n: expire_due_vouchers(pool, n), lambda ended: release_uses(store, ended), limit
+    )
 
 
 async def run_expiry(

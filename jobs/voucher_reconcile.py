@@ -1,5 +1,5 @@
-"""Reconciliation of vouchers: the database (total_limit, used_count, reserved, confirmed)
-against Redis (uses left, holds, outbox) and Kafka (the voucher writer's lag).
+"""Reconciliation of vouchers (jobs/audit.py): the database (total_limit, used_count, reserved,
+confirmed) against Redis (uses left, holds, outbox) and Kafka (the voucher writer's lag).
 
 Per voucher, in a quiet moment, these hold:
 - ``used_count`` = reserved + confirmed (every voucher);
@@ -7,24 +7,26 @@ Per voucher, in a quiet moment, these hold:
 - flash: every hold is an active redemption in the database, or still in flight (outbox or
   Kafka lag), else it is a *ghost*; a hold whose redemption has ended is *stale*;
 - flash: every active redemption has its hold in Redis, else it was *lost* (a failover).
-Anything else is drift. Releasing stale holds is always safe (release is idempotent), so
-``--fix`` does it; a ghost or a lost hold needs ``flashsale voucher arm`` in a quiet moment.
+Anything else is drift. ``--fix`` releases stale holds; a ghost or a lost hold needs
+``flashsale voucher arm`` in a quiet moment.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import asyncpg
 
 from domain.voucher_lifecycle import ACTIVE, EndedUse, release_uses
-from jobs.reconcile import writer_lag
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, reconcile_each
+from jobs.table import render
+from jobs.writer_lag import writer_lag
 from kernel.settings import Settings
 from shard_router.vouchers import VoucherStore
 
 
 @dataclass
-class VoucherReport:
+class VoucherReport(HoldAudit[EndedUse]):
     code: str
     is_flash: bool
     total_limit: int
@@ -32,13 +34,6 @@ class VoucherReport:
     reserved: int
     confirmed: int
     remaining: int | None = None  # flash only; None when Redis has not loaded it
-    holds: int = 0
-    outbox: int = 0
-    in_flight: int = 0
-    stale: list[EndedUse] = field(default_factory=list)
-    ghosts: int = 0
-    lost: int = 0
-    kafka_lag: int = 0
 
     @property
     def use_drift(self) -> int:
@@ -48,8 +43,8 @@ class VoucherReport:
 
     @property
     def drift(self) -> int:
-        count_drift = abs(self.used_count - (self.reserved + self.confirmed))
-        return abs(self.use_drift) + len(self.stale) + self.ghosts + self.lost + count_drift
+        count_drift = self.used_count - (self.reserved + self.confirmed)
+        return abs(self.use_drift) + self.hold_drift + abs(count_drift)
 
 
 async def reconcile_voucher(
@@ -60,14 +55,13 @@ async def reconcile_voucher(
     )
     if voucher is None:
         raise LookupError(f"voucher {code} does not exist")
-    statuses: dict[str, tuple[str, int]] = {
-        r["order_id"]: (r["status"], r["customer_id"])
+    statuses: dict[str, str] = {
+        r["order_id"]: r["status"]
         for r in await pool.fetch(
-            "select order_id, status, customer_id from voucher_redemption where voucher_code = $1",
-            code,
+            "select order_id, status from voucher_redemption where voucher_code = $1", code
         )
     }
-    counts = [s for s, _ in statuses.values()]
+    counts = list(statuses.values())
     report = VoucherReport(
         code,
         voucher["is_flash"],
@@ -81,21 +75,9 @@ async def reconcile_voucher(
     report.kafka_lag = kafka_lag
     state = await store.state(code)
     report.remaining, report.outbox = state.remaining, state.outbox
-    holds = await store.holds(code)
+    holds = {o: EndedUse(code, o, c, True) for o, c in (await store.holds(code)).items()}
     outboxed = (await store.outbox(code)).keys()
-    report.holds = len(holds)
-    for order_id, customer_id in holds.items():
-        status = statuses.get(order_id)
-        if status is not None and status[0] in ACTIVE:
-            continue
-        if status is not None:
-            report.stale.append(EndedUse(code, order_id, customer_id, True))
-        elif order_id in outboxed or kafka_lag > 0:
-            report.in_flight += 1
-        else:
-            report.ghosts += 1
-    active = {o for o, (s, _) in statuses.items() if s in ACTIVE}
-    report.lost = len(active - holds.keys())
+    report.audit_holds(holds, statuses, ACTIVE, outboxed)
     return report
 
 
@@ -116,27 +98,34 @@ async def reconcile_vouchers(
             )
         ]
     lag = writer_lag(cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
-    reports = [await reconcile_voucher(pool, store, code, lag) for code in codes]
-    if fix and any(r.stale for r in reports):
-        for report in reports:
-            await release_uses(store, report.stale)
-        reports = [await reconcile_voucher(pool, store, code, lag) for code in codes]
-    return reports
+
+    async def check(code: str) -> VoucherReport:
+        return await reconcile_voucher(pool, store, code, lag)
+
+    async def repair(report: VoucherReport) -> bool:
+        await release_uses(store, report.stale)
+        return bool(report.stale)
+
+    return await reconcile_each(codes, check, repair if fix else None)
+
+
+_COLUMNS = f"voucher:<20 kind:<8 limit:>7 used:>7 reserved:>8 confirmed:>9 left:>7 {AUDIT_COLUMNS}"
 
 
 def render_voucher_table(reports: list[VoucherReport]) -> str:
-    header = (
-        f"{'voucher':<20} {'kind':<8} {'limit':>7} {'used':>7} {'reserved':>8} {'confirmed':>9} "
-        f"{'left':>7} {'holds':>7} {'outbox':>6} {'flight':>6} {'stale':>5} {'ghost':>5} "
-        f"{'lost':>5} {'lag':>6} {'drift':>5}"
+    return render(
+        _COLUMNS,
+        (
+            (
+                r.code[:20],
+                "flash" if r.is_flash else "ordinary",
+                r.total_limit,
+                r.used_count,
+                r.reserved,
+                r.confirmed,
+                "-" if r.remaining is None else str(r.remaining),
+                *r.audit_cells(),
+            )
+            for r in reports
+        ),
     )
-    lines = [header, "-" * len(header)]
-    for r in reports:
-        left = "-" if r.remaining is None else str(r.remaining)
-        lines.append(
-            f"{r.code[:20]:<20} {'flash' if r.is_flash else 'ordinary':<8} {r.total_limit:>7} "
-            f"{r.used_count:>7} {r.reserved:>8} {r.confirmed:>9} {left:>7} {r.holds:>7} "
-            f"{r.outbox:>6} {r.in_flight:>6} {len(r.stale):>5} {r.ghosts:>5} {r.lost:>5} "
-            f"{r.kafka_lag:>6} {r.drift:>5}"
-        )
-    return "\n".join(lines)

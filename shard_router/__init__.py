@@ -3,7 +3,8 @@ runs the lua/ scripts there, auto-pipelined per node, each call under a deadline
 uses live under ``{voucher:<code>}`` (VoucherStore)."""
 
 from kernel.errors import ShardUnavailable
-from shard_router.keys import ShardKeys, home_shard, shard_keys
+from kernel.sharding import home_shard
+from shard_router.keys import ShardKeys, shard_keys
 from shard_router.router import Outcome, Reservation, ShardRouter, ShardState, make_client
 from shard_router.vouchers import (
     VoucherKeys,

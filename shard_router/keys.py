@@ -20,11 +20,6 @@ def shard_keys(item_id: int, shard: int) -> ShardKeys:
     return ShardKeys(f"{tag}:stock", f"{tag}:buyers", f"{tag}:orders", f"{tag}:outbox")
 
 
-def home_shard(user_id: int, shards: int) -> int:
-    """The buyer's home shard: where their dedup entry lives and their first unit is looked for."""
-    return user_id % shards
-
-
 def borrow_order(home: int, shards: int) -> list[int]:
     """The other shards, in the order a buyer with this home shard asks them for a unit."""
     return [(home + step) % shards for step in range(1, shards)]

@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
-from redis.exceptions import RedisError
 
-from kernel.errors import ShardUnavailable
 from kernel.settings import Settings
+from kernel.sharding import home_shard
 from shard_router import scripts
 from shard_router.autopipeline import AutoPipeline
 from shard_router.breaker import Breaker
-from shard_router.keys import borrow_order, home_shard, shard_keys
+from shard_router.deadline import with_deadline
+from shard_router.keys import borrow_order, shard_keys
+from shard_router.places import Places
 
 
 class Outcome(enum.Enum):
@@ -62,6 +63,7 @@ class ShardRouter:
         self.client = client or make_client(cfg)
         self.breaker = Breaker(cfg.shard_breaker_failures, cfg.shard_breaker_cooldown_ms / 1000)
         self.pipeline = AutoPipeline(self.client, self.breaker, cfg.redis_timeout_ms / 1000)
+        self.places = Places(self.client, self.pipeline)
 
     async def start(self) -> None:
         await self.client.initialize()
@@ -180,12 +182,12 @@ class ShardRouter:
         return released
 
     async def ping(self) -> None:
-        await self._with_deadline(self.client.ping(), timeout=1.0)
+        await with_deadline(self.client.ping(), timeout=1.0)
 
     async def buyer_order(self, item_id: int, shards: int, user_id: int) -> str | None:
         """The order the buyer holds for this item according to their home shard, if any."""
         keys = shard_keys(item_id, home_shard(user_id, shards))
-        value = await self._with_deadline(self.client.hget(keys.buyers, str(user_id)))
+        value = await with_deadline(self.client.hget(keys.buyers, str(user_id)))
         return value.decode() if value else None
 
     def ack_outbox(
@@ -193,30 +195,24 @@ class ShardRouter:
     ) -> asyncio.Future[Any]:
         """Kafka acknowledged these orders: drop them from the shard's outbox (batched with
         this tick's calls; the future settles with the batch)."""
-        key = shard_keys(item_id, unit_shard).outbox
-        return self.pipeline.command(key, "HDEL", key, *order_ids)
+        return self.places.ack_outbox(shard_keys(item_id, unit_shard).outbox, order_ids)
 
     async def units_left(self, item_id: int, shards: int) -> int:
         """Units left over every shard of the item (one pipelined GET per shard)."""
         pipe = self.client.pipeline()
         for k in range(shards):
             pipe.execute_command("GET", shard_keys(item_id, k).stock)
-        return sum(int(v or 0) for v in await self._with_deadline(pipe.execute()))
+        return sum(int(v or 0) for v in await with_deadline(pipe.execute()))
 
     async def outboxes_in_use(self, shards: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """The non-empty outboxes among ``shards`` (``(item_id, shard)`` each): one HLEN per
-        shard, all sent in the same tick, so a scan costs a round trip per node, not per item."""
-        keys = [shard_keys(item_id, k).outbox for item_id, k in shards]
-        lengths = await asyncio.gather(*self.pipeline.commands([(k, ["HLEN", k]) for k in keys]))
-        return [place for place, length in zip(shards, lengths, strict=True) if length]
+        """The non-empty outboxes among ``shards`` (``(item_id, shard)`` each)."""
+        return await self.places.outboxes_in_use(shards, lambda place: shard_keys(*place).outbox)
 
     async def outbox(self, item_id: int, shard: int) -> dict[str, bytes]:
-        raw = await self._with_deadline(self.client.hgetall(shard_keys(item_id, shard).outbox))
-        return {k.decode(): v for k, v in raw.items()}
+        return await self.places.outbox(shard_keys(item_id, shard).outbox)
 
     async def holds(self, item_id: int, shard: int) -> dict[str, int]:
-        raw = await self._with_deadline(self.client.hgetall(shard_keys(item_id, shard).orders))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        return await self.places.holds(shard_keys(item_id, shard).orders)
 
     async def load_shard(
         self,
@@ -226,45 +222,16 @@ class ShardRouter:
         holds: list[tuple[str, int]],
         buyers: list[tuple[int, str]],
     ) -> None:
-        args: list[Any] = [units, len(holds)]
-        for order_id, user_id in holds:
-            args += [order_id, user_id]
-        args.append(len(buyers))
-        for user_id, order_id in buyers:
-            args += [user_id, order_id]
+        """Rebuild the shard: its units left, its hold records ``(orderId, userId)`` and the
+        dedup entries ``(userId, orderId)`` of the buyers at home here."""
         keys = shard_keys(item_id, shard)
-        await self._with_deadline(
-            self.client.evalsha(scripts.LOAD_SHARD.sha, 4, *keys, *args), timeout=10
-        )
+        await self.places.load(keys.stock, units, [(keys.orders, holds), (keys.buyers, buyers)])
 
     async def shard_states(self, item_id: int, shards: int) -> list[ShardState]:
         states = []
         for k in range(shards):
             keys = shard_keys(item_id, k)
-            pipe = self.client.pipeline()
-            for command, key in (
-                ("GET", keys.stock),
-                ("HLEN", keys.orders),
-                ("HLEN", keys.buyers),
-                ("HLEN", keys.outbox),
-            ):
-                pipe.execute_command(command, key)
-            stock, holds, buyers, outbox = await self._with_deadline(pipe.execute())
-            states.append(
-                ShardState(
-                    k, self.pipeline.node_of(keys.stock), int(stock or 0), holds, buyers, outbox
-                )
-            )
+            counts = await self.places.counts(keys.stock, [keys.orders, keys.buyers, keys.outbox])
+            holds, buyers, outbox = counts.lengths
+            states.append(ShardState(k, counts.node, counts.left or 0, holds, buyers, outbox))
         return states
-
-    async def _with_deadline(self, call: Any, timeout: float | None = None) -> Any:
-        """Await a one-off command with a deadline that holds even if redis-py never returns."""
-        task = asyncio.ensure_future(call)
-        done, _ = await asyncio.wait({task}, timeout=timeout or 2.0)
-        if not done:
-            task.add_done_callback(lambda t: t.cancelled() or t.exception())
-            raise ShardUnavailable("cluster", "deadline exceeded")
-        try:
-            return task.result()
-        except (RedisError, OSError) as exc:
-            raise ShardUnavailable("cluster", str(exc)) from exc

@@ -26,10 +26,9 @@ BORROW = _load("borrow")
 CLAIM = _load("claim")
 RELEASE = _load("release")
 UNCLAIM = _load("unclaim")
-LOAD_SHARD = _load("load_shard")
+LOAD = _load("load")  # an item shard and a flash voucher alike
 VOUCHER_RESERVE = _load("voucher_reserve")
 VOUCHER_RELEASE = _load("voucher_release")
-VOUCHER_LOAD = _load("voucher_load")
 
 ALL = (
     RESERVE,
@@ -37,8 +36,7 @@ ALL = (
     CLAIM,
     RELEASE,
     UNCLAIM,
-    LOAD_SHARD,
+    LOAD,
     VOUCHER_RESERVE,
     VOUCHER_RELEASE,
-    VOUCHER_LOAD,
 )

@@ -8,11 +8,13 @@ well within one Redis core, pipelined), which keeps the per-customer count exact
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from domain.vouchers import Outcome
 from shard_router import scripts
+from shard_router.deadline import with_deadline
 from shard_router.router import ShardRouter
 
 
@@ -89,32 +91,24 @@ class VoucherStore:
     def ack_outbox(self, code: str, order_ids: list[str]) -> asyncio.Future[Any]:
         """Kafka acknowledged (or the writer stored) these uses: drop their outbox entries
         (batched with this tick's calls)."""
-        key = voucher_keys(code).outbox
-        return self.router.pipeline.command(key, "HDEL", key, *order_ids)
+        return self.router.places.ack_outbox(voucher_keys(code).outbox, order_ids)
 
     async def outboxes_in_use(self, codes: list[str]) -> list[str]:
-        """The codes whose outbox is not empty: one HLEN each, all sent in the same tick."""
-        keys = [voucher_keys(code).outbox for code in codes]
-        pipeline = self.router.pipeline
-        lengths = await asyncio.gather(*pipeline.commands([(k, ["HLEN", k]) for k in keys]))
-        return [code for code, length in zip(codes, lengths, strict=True) if length]
+        """The codes whose outbox is not empty."""
+        return await self.router.places.outboxes_in_use(
+            codes, lambda code: voucher_keys(code).outbox
+        )
 
     async def outbox(self, code: str) -> dict[str, bytes]:
-        raw = await self.router._with_deadline(
-            self.router.client.hgetall(voucher_keys(code).outbox)
-        )
-        return {k.decode(): v for k, v in raw.items()}
+        return await self.router.places.outbox(voucher_keys(code).outbox)
 
     async def holds_order(self, code: str, order_id: str) -> bool:
         """Does Redis hold a use for this orderId (taken, maybe not stored by the writer yet)?"""
-        held = await self.router._with_deadline(
-            self.router.client.hexists(voucher_keys(code).holds, order_id)
-        )
+        held = await with_deadline(self.router.client.hexists(voucher_keys(code).holds, order_id))
         return bool(held)
 
     async def holds(self, code: str) -> dict[str, int]:
-        raw = await self.router._with_deadline(self.router.client.hgetall(voucher_keys(code).holds))
-        return {k.decode(): int(v) for k, v in raw.items()}
+        return await self.router.places.holds(voucher_keys(code).holds)
 
     async def load(
         self,
@@ -123,32 +117,21 @@ class VoucherStore:
         holds: list[tuple[str, int]],
         ended: list[tuple[str, int]],
     ) -> None:
-        args: list[Any] = [remaining, len(holds)]
-        for order_id, customer_id in holds:
-            args += [order_id, customer_id]
-        args.append(len(ended))
-        for order_id, customer_id in ended:
-            args += [order_id, customer_id]
-        await self.router._with_deadline(
-            self.router.client.evalsha(scripts.VOUCHER_LOAD.sha, 5, *voucher_keys(code), *args),
-            timeout=10,
+        """Rebuild the voucher: its uses left, its hold records ``(orderId, customerId)`` and each
+        customer's count of them; the ``ended`` reservations are added to those remembered."""
+        keys = voucher_keys(code)
+        per_customer = Counter(customer for _, customer in holds)
+        await self.router.places.load(
+            keys.remaining,
+            remaining,
+            [(keys.holds, holds), (keys.customers, list(per_customer.items()))],
+            [(keys.ended, ended)],
         )
 
     async def state(self, code: str) -> VoucherState:
         keys = voucher_keys(code)
-        pipe = self.router.client.pipeline()
-        pipe.execute_command("GET", keys.remaining)
-        for key in (keys.holds, keys.customers, keys.outbox, keys.ended):
-            pipe.execute_command("HLEN", key)
-        remaining, holds, customers, outbox, ended = await self.router._with_deadline(
-            pipe.execute()
+        counts = await self.router.places.counts(
+            keys.remaining, [keys.holds, keys.customers, keys.outbox, keys.ended]
         )
-        return VoucherState(
-            code,
-            self.router.pipeline.node_of(keys.remaining),
-            None if remaining is None else int(remaining),
-            holds,
-            customers,
-            outbox,
-            ended,
-        )
+        holds, customers, outbox, ended = counts.lengths
+        return VoucherState(code, counts.node, counts.left, holds, customers, outbox, ended)

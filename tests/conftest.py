@@ -11,6 +11,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from flashsale import stack
 from flashsale.migrate import migrate
 from kernel.settings import Settings, settings
+from shard_router import ShardRouter, VoucherStore
 
 
 @pytest.fixture(scope="session")
@@ -41,3 +42,16 @@ async def db(live_stack: Settings) -> AsyncIterator[asyncpg.Pool]:
     assert pool is not None
     yield pool
     await pool.close()
+
+
+@pytest.fixture
+async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
+    r = ShardRouter(live_stack)
+    await r.start()
+    yield r
+    await r.close()
+
+
+@pytest.fixture
+def voucher_store(router: ShardRouter) -> VoucherStore:
+    return VoucherStore(router)

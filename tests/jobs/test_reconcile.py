@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 
 async def test_fix_rebuilds_a_drifted_item_only_while_paused(
-    live_stack: Settings, db: asyncpg.Pool
+    live_stack: Settings, db: asyncpg.Pool, router: ShardRouter
 ) -> None:
     now = dt.datetime.now(dt.UTC)
     sale = await db.fetchval(
@@ -30,17 +30,12 @@ async def test_fix_rebuilds_a_drifted_item_only_while_paused(
         " shards) values ($1, 'p', 1, 40, 4) returning id",
         sale,
     )
-    router = ShardRouter(live_stack)
-    await router.start()
-    try:
-        await arm_item(db, router, item)
-        [clean] = await reconcile(live_stack, db, router, [item])
-        assert clean.drift == 0 and clean.units_left == 40
-        await router.client.decr(shard_keys(item, 2).stock)  # a unit vanishes from Redis
-        [drifted] = await reconcile(live_stack, db, router, [item], fix=True)
-        assert drifted.unit_drift == 1, "an unpaused item is reported, not repaired"
-        await db.execute("update flash_sale_item set paused = true where id = $1", item)
-        [fixed] = await reconcile(live_stack, db, router, [item], fix=True)
-        assert fixed.drift == 0 and fixed.units_left == 40
-    finally:
-        await router.close()
+    await arm_item(db, router, item)
+    [clean] = await reconcile(live_stack, db, router, [item])
+    assert clean.drift == 0 and clean.units_left == 40
+    await router.client.decr(shard_keys(item, 2).stock)  # a unit vanishes from Redis
+    [drifted] = await reconcile(live_stack, db, router, [item], fix=True)
+    assert drifted.unit_drift == 1, "an unpaused item is reported, not repaired"
+    await db.execute("update flash_sale_item set paused = true where id = $1", item)
+    [fixed] = await reconcile(live_stack, db, router, [item], fix=True)
+    assert fixed.drift == 0 and fixed.units_left == 40

@@ -9,7 +9,6 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -22,14 +21,6 @@ from shard_router import Outcome, ShardRouter, ShardUnavailable
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 _items = itertools.count(uuid.uuid4().int % 10**9 * 1000 + 7 * 10**12)
-
-
-@pytest.fixture
-async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
-    r = ShardRouter(live_stack)
-    await r.start()
-    yield r
-    await r.close()
 
 
 def _pid_of(cfg: Settings, address: str) -> int:

@@ -5,24 +5,14 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 
-from kernel.settings import Settings
 from shard_router import Outcome, ShardRouter, shard_keys
 
 pytestmark = pytest.mark.integration
 
 _ids = itertools.count(int(uuid.uuid4().int % 10**9) * 1000)
-
-
-@pytest.fixture
-async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
-    r = ShardRouter(live_stack)
-    await r.start()
-    yield r
-    await r.close()
 
 
 def _order() -> str:

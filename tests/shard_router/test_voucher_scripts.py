@@ -10,18 +10,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from domain.vouchers import Outcome
-from kernel.settings import Settings
-from shard_router import ShardRouter, VoucherStore, voucher_keys
+from shard_router import VoucherStore, voucher_keys
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-async def store(live_stack: Settings) -> AsyncIterator[VoucherStore]:
-    router = ShardRouter(live_stack)
-    await router.start()
-    yield VoucherStore(router)
-    await router.close()
+def store(voucher_store: VoucherStore) -> VoucherStore:
+    return voucher_store  # tests/conftest.py's, by a shorter name
 
 
 @pytest.fixture
