@@ -6,22 +6,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from domain.arm import arm_sale
-from domain.errors import NotReady
 from domain.sales import create_sale, decode_new_sale
-from gateway.errors import Conflict, NotFound, Unavailable
-from gateway.requests import admin, decode_body
+from gateway.arming import arm_errors
+from gateway.errors import NotFound, Unavailable
+from gateway.requests import admin, database_id, decode_body, path_param
 from gateway.responses import json_response
+from gateway.soldout import announce_restock
 from shard_router import ShardUnavailable
-from shard_router.stock_events import publish
 
 MAX_BODY = 1 << 20
-
-
-def _int_param(request: Request, name: str, code: str) -> int:
-    text = request.path_params[name]
-    if not text.isdigit() or len(text) > 15:
-        raise NotFound(code)
-    return int(text)
 
 
 async def post_sale(request: Request) -> Response:
@@ -47,17 +40,12 @@ async def post_sale(request: Request) -> Response:
 
 async def arm(request: Request) -> Response:
     s = admin(request)
-    sale_id = _int_param(request, "sale_id", "SALE_NOT_FOUND")
-    try:
+    sale_id = path_param(request, "sale_id", database_id, "SALE_NOT_FOUND")
+    with arm_errors():
         armed = await arm_sale(s.pool, s.router, sale_id)
-    except NotReady as exc:
-        raise Conflict(NotReady.code, detail=str(exc)) from None
-    except ShardUnavailable:
-        raise Unavailable() from None
     await s.catalog.refresh()
     for item in armed:
-        s.flags.clear(item.item_id)
-        await publish(s.router.client, "restock", item.item_id)
+        await announce_restock(s.flags, s.router, item.item_id)
     return json_response(
         {
             "saleId": sale_id,
@@ -71,7 +59,7 @@ async def arm(request: Request) -> Response:
 
 async def get_item(request: Request) -> Response:
     s = admin(request)
-    item_id = _int_param(request, "item_id", "ITEM_NOT_FOUND")
+    item_id = path_param(request, "item_id", database_id, "ITEM_NOT_FOUND")
     row = await s.pool.fetchrow(
         "select quantity, sold, shards, paused from flash_sale_item where id = $1", item_id
     )

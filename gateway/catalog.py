@@ -1,118 +1,106 @@
-"""Item and sale configuration, cached in process and refreshed in the background, so the hot
-path reads a dict, not the database."""
+"""A table's rows cached in process, so a hot path reads a dict, not the database. One mechanism
+for every catalog (items, vouchers); a ``CatalogQuery`` says what it reads.
+
+- A row is read on demand; a key the database does not have is remembered as missing for
+  ``ttl_s``, so a flood of unknown keys does not reach the database.
+- The live rows (those the background jobs walk) are re-read every ``ttl_s``, so a change to
+  one (a paused item, a rescheduled sale) shows within that. A failed refresh keeps serving
+  from the cache.
+- Bounded: past ``max_rows`` rows, or as many missing keys, that part starts over.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import asyncpg
 
 from kernel.periodic import run_every
 
-log = logging.getLogger(__name__)
-
-_SELECT = """
-select i.id, i.sale_id, i.shards, i.quantity, i.price, i.paused,
-       extract(epoch from s.starts_at)::float8 as starts_at,
-       extract(epoch from s.ends_at)::float8 as ends_at,
-       s.payment_window_seconds, s.armed_at is not null as armed
-from flash_sale_item i join flash_sale s on s.id = i.sale_id
-"""
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 
 class CatalogUnavailable(Exception):
-    """An item not in the cache could not be read from the database."""
+    """A row not in the cache could not be read from the database."""
 
 
 @dataclass(frozen=True, slots=True)
-class Item:
-    id: int
-    sale_id: int
-    shards: int
-    quantity: int
-    price: int
-    paused: bool
-    starts_at: float
-    ends_at: float
-    payment_window_s: int
-    armed: bool
-
-    def is_open(self, now: float) -> bool:
-        return self.armed and not self.paused and self.starts_at <= now < self.ends_at
+class CatalogQuery(Generic[K, V]):
+    one: str  # the row whose key is $1
+    live: str  # the live rows
+    row: Callable[[asyncpg.Record], V]
+    key: Callable[[V], K]
+    is_live: Callable[[V], bool]  # does a row read between two refreshes join the live ones?
 
 
-def _item(row: asyncpg.Record) -> Item:
-    return Item(
-        row["id"],
-        row["sale_id"],
-        row["shards"],
-        row["quantity"],
-        row["price"],
-        row["paused"],
-        row["starts_at"],
-        row["ends_at"],
-        row["payment_window_seconds"],
-        row["armed"],
-    )
-
-
-class Catalog:
-    def __init__(self, pool: asyncpg.Pool, refresh_s: float) -> None:
+class Catalog(Generic[K, V]):
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        query: CatalogQuery[K, V],
+        ttl_s: float,
+        name: str,
+        max_rows: int = 100_000,
+    ) -> None:
         self.pool = pool
-        self.refresh_s = refresh_s
-        self._items: dict[int, Item] = {}
-        self._missing: dict[int, float] = {}  # negative cache: unknown ids don't hit the DB
+        self.query = query
+        self.ttl_s = ttl_s
+        self.name = name
+        self.max_rows = max_rows
+        self._rows: dict[K, V] = {}
+        self._missing: dict[K, float] = {}  # key → when the database may be asked again
+        self._live: dict[K, V] = {}
         self.on_refresh: list[Callable[[], None]] = []  # told after every refresh
 
-    def cached(self, item_id: int) -> Item | None:
-        return self._items.get(item_id)
+    def cached(self, key: K) -> V | None:
+        return self._rows.get(key)
 
-    async def get(self, item_id: int) -> Item | None:
-        item = self._items.get(item_id)
-        if item is not None:
-            return item
+    async def get(self, key: K) -> V | None:
+        row = self._rows.get(key)
+        if row is not None:
+            return row
         now = time.monotonic()
-        if self._missing.get(item_id, 0.0) > now:
+        if self._missing.get(key, 0.0) > now:
             return None
         try:
-            row = await self.pool.fetchrow(_SELECT + " where i.id = $1", item_id)
+            record = await self.pool.fetchrow(self.query.one, key)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise CatalogUnavailable(str(exc)) from exc
-        if row is None:
-            if len(self._missing) > 100_000:
+        if record is None:
+            if len(self._missing) >= self.max_rows:
                 self._missing.clear()
-            self._missing[item_id] = now + self.refresh_s
+            self._missing[key] = now + self.ttl_s
             return None
-        item = _item(row)
-        self._items[item_id] = item
-        return item
+        row = self.query.row(record)
+        self.remember(row)
+        return row
 
-    def live_items(self) -> list[Item]:
-        now = time.time()
-        return [i for i in self._items.values() if i.armed and i.ends_at > now - 3600]
+    def remember(self, row: V) -> None:
+        """Cache a row just read or written (the admin API's create, say)."""
+        if len(self._rows) >= self.max_rows:
+            self._rows.clear()
+        key = self.query.key(row)
+        self._rows[key] = row
+        self._missing.pop(key, None)
+        if self.query.is_live(row):
+            self._live[key] = row
 
-    def relay_items(self) -> list[Item]:
-        """Items whose outboxes may still hold orders: open sales, and sales that closed less
-        than a payment window ago (a hold outlives its sale by at most that)."""
-        now = time.time()
-        return [
-            i
-            for i in self._items.values()
-            if i.armed and i.starts_at <= now < i.ends_at + i.payment_window_s
-        ]
+    def live(self) -> list[V]:
+        return list(self._live.values())
 
     async def refresh(self) -> None:
-        rows = await self.pool.fetch(_SELECT + " where s.ends_at > now() - interval '1 day'")
-        fresh = {row["id"]: _item(row) for row in rows}
-        self._items.update(fresh)
+        rows = map(self.query.row, await self.pool.fetch(self.query.live))
+        fresh = {self.query.key(row): row for row in rows}
+        self._live = fresh
+        self._rows.update(fresh)
         self._missing = {k: v for k, v in self._missing.items() if k not in fresh}
         for listener in self.on_refresh:
             listener()
 
     async def run(self, stop: asyncio.Event) -> None:
-        # A failed refresh keeps serving from the cache.
-        await run_every(self.refresh_s, self.refresh, stop, "catalog refresh")
+        await run_every(self.ttl_s, self.refresh, stop, f"{self.name} refresh")

@@ -24,14 +24,25 @@ from typing import Any, ClassVar
 
 
 class ApiError(Exception):
+    """Each subclass names its status and default code (and Retry-After) in its class line."""
+
     status: ClassVar[int] = 500
     default_code: ClassVar[str] = "INTERNAL"
+    default_retry_after: ClassVar[int | None] = None
+
+    def __init_subclass__(
+        cls, *, status: int, code: str, retry_after: int | None = None, **kwargs: Any
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.status = status
+        cls.default_code = code
+        cls.default_retry_after = retry_after
 
     def __init__(
         self, code: str | None = None, *, retry_after: int | None = None, **extra: Any
     ) -> None:
         self.code = code or self.default_code
-        self.retry_after = retry_after
+        self.retry_after = self.default_retry_after if retry_after is None else retry_after
         self.extra = extra
         super().__init__(self.code)
 
@@ -39,51 +50,28 @@ class ApiError(Exception):
         return {"error": self.code, **self.extra}
 
 
-class BadRequest(ApiError):
-    status = 400
-    default_code = "INVALID_REQUEST"
+class BadRequest(ApiError, status=400, code="INVALID_REQUEST"): ...
 
 
-class Unauthorized(ApiError):
-    status = 401
-    default_code = "UNAUTHORIZED"
+class Unauthorized(ApiError, status=401, code="UNAUTHORIZED"): ...
 
 
-class SaleNotOpen(ApiError):
-    status = 403
-    default_code = "SALE_NOT_OPEN"
+class SaleNotOpen(ApiError, status=403, code="SALE_NOT_OPEN"): ...
 
 
-class NotFound(ApiError):
-    status = 404
-    default_code = "NOT_FOUND"
+class NotFound(ApiError, status=404, code="NOT_FOUND"): ...
 
 
-class Conflict(ApiError):
-    status = 409
-    default_code = "CONFLICT"
+class Conflict(ApiError, status=409, code="CONFLICT"): ...
 
 
-class SoldOut(ApiError):
-    status = 410
-    default_code = "SOLD_OUT"
+class SoldOut(ApiError, status=410, code="SOLD_OUT"): ...
 
 
-class NotEligible(ApiError):
-    status = 422
-    default_code = "NOT_ELIGIBLE"
+class NotEligible(ApiError, status=422, code="NOT_ELIGIBLE"): ...
 
 
-class RateLimited(ApiError):
-    status = 429
-    default_code = "RATE_LIMITED"
+class RateLimited(ApiError, status=429, code="RATE_LIMITED"): ...
 
 
-class Unavailable(ApiError):
-    status = 503
-    default_code = "UNAVAILABLE"
-
-    def __init__(
-        self, code: str | None = None, *, retry_after: int | None = 1, **extra: Any
-    ) -> None:
-        super().__init__(code, retry_after=retry_after, **extra)
+class Unavailable(ApiError, status=503, code="UNAVAILABLE", retry_after=1): ...

@@ -9,23 +9,26 @@ from starlette.responses import Response
 
 from domain.order_lifecycle import PayResult, cancel, order_status, pay, release_units
 from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.requests import path_param, services
 from gateway.responses import json_response
 from gateway.services import Services
+from gateway.soldout import announce_restock
 from kernel.ids import item_of
 from shard_router import ShardUnavailable
-from shard_router.stock_events import publish
 
-
-def _services(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return services
+# What a payment that did not happen answers, when the database has the order.
+_PAY_REFUSALS = {PayResult.EXPIRED: "ORDER_EXPIRED", PayResult.FAILED: "ORDER_FAILED"}
 
 
 def _order_id(request: Request) -> uuid.UUID:
+    return path_param(request, "order_id", _uuid, "ORDER_NOT_FOUND")
+
+
+def _uuid(text: str) -> uuid.UUID | None:
     try:
-        return uuid.UUID(request.path_params["order_id"])
+        return uuid.UUID(text)
     except ValueError:
-        raise NotFound("ORDER_NOT_FOUND") from None
+        return None
 
 
 async def _still_in_flight(s: Services, order_id: uuid.UUID, user_id: int) -> int | None:
@@ -42,7 +45,7 @@ async def _still_in_flight(s: Services, order_id: uuid.UUID, user_id: int) -> in
 
 
 async def get_order(request: Request) -> Response:
-    s = _services(request)
+    s = services(request)
     user_id = s.verifier.user_id(request.headers.get("authorization"))
     order_id = _order_id(request)
     row = await order_status(s.pool, order_id)
@@ -64,28 +67,25 @@ async def _not_stored(s: Services, order_id: uuid.UUID, user_id: int) -> Conflic
 
 
 async def pay_order(request: Request) -> Response:
-    s = _services(request)
+    s = services(request)
     user_id = s.verifier.user_id(request.headers.get("authorization"))
     order_id = _order_id(request)
     result = await pay(s.pool, order_id, user_id)
     if result is PayResult.PAID:
         return json_response({"orderId": str(order_id), "status": "PAID"})
-    if result is PayResult.EXPIRED:
-        raise Conflict("ORDER_EXPIRED")
-    if result is PayResult.FAILED:
-        raise Conflict("ORDER_FAILED")
+    if result in _PAY_REFUSALS:
+        raise Conflict(_PAY_REFUSALS[result])
     raise await _not_stored(s, order_id, user_id)
 
 
 async def cancel_order(request: Request) -> Response:
-    s = _services(request)
+    s = services(request)
     user_id = s.verifier.user_id(request.headers.get("authorization"))
     order_id = _order_id(request)
     ended = await cancel(s.pool, order_id, user_id)
     if ended is not None:
         for item_id in await release_units(s.router, [ended]):
-            s.flags.clear(item_id)
-            await publish(s.router.client, "restock", item_id)
+            await announce_restock(s.flags, s.router, item_id)
         return json_response({"orderId": str(order_id), "status": "CANCELLED"})
     row = await order_status(s.pool, order_id)
     if row is None or row["user_id"] != user_id:

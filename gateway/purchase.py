@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from gateway import metrics
-from gateway.catalog import CatalogUnavailable, Item
+from gateway.catalog import CatalogUnavailable
 from gateway.errors import (
     ApiError,
     Conflict,
@@ -23,7 +23,7 @@ from gateway.errors import (
     SoldOut,
     Unavailable,
 )
-from gateway.producer import NeverSent, OutcomeUnknown
+from gateway.items import Item
 from gateway.ratelimit import retry_after_seconds
 from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
 from gateway.responses import encode as encode_json
@@ -53,6 +53,7 @@ class PurchaseHandler:
     def __init__(self, services: Services) -> None:
         self.s = services
         self._flag_paths = services.flags.by_path  # mutated in place, never replaced
+        self._hand_off = services.order_hand_off
         self._outcomes = metrics.PURCHASE_OUTCOMES.counts
 
     async def __call__(self, scope: dict[str, Any], send: Any, item_text: str) -> None:
@@ -150,32 +151,14 @@ class PurchaseHandler:
         if reservation.outcome is Outcome.ALREADY:
             raise Conflict("ALREADY_PURCHASED", orderId=reservation.order_id)
         failpoint("gateway.after_reserve")
-        await self._hand_off(
-            item, user_id, order_id, reservation.unit_shard, payload_for(reservation.unit_shard)
+        unit_shard = reservation.unit_shard
+        await self._hand_off.send(
+            (item.id, unit_shard), order_id, payload_for(unit_shard), (item.shards, user_id)
         )
         metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
         _count("accepted")
         body = encode_json({"orderId": order_id, "status": "PENDING"})
         return 202, raw_headers(body), body
-
-    async def _hand_off(
-        self, item: Item, user_id: int, order_id: str, unit_shard: int, payload: bytes
-    ) -> None:
-        try:
-            await self.s.producer.send(self.s.cfg.orders_topic, order_id.encode(), payload)
-        except NeverSent as exc:
-            log.warning("order %s never sent: %s", order_id, exc)
-            # The event never left this process: the unit can safely go back.
-            try:
-                await self.s.router.release(item.id, item.shards, unit_shard, user_id, order_id)
-            except ShardUnavailable:
-                pass  # the hold stays in the outbox; the relay sends it later
-            raise Unavailable() from None
-        except OutcomeUnknown as exc:
-            log.warning("order %s outcome unknown: %s", order_id, exc)
-            # It may be in the log: keep the hold; the relay re-sends, the writer dedups.
-            raise Unavailable(orderId=order_id) from None
-        self.s.acker.ack(item.id, unit_shard, order_id)
 
     async def _sold_out(self, item_id: int) -> None:
         if not self.s.flags.is_sold_out(item_id):

@@ -1,4 +1,5 @@
-"""What the admin and service endpoints share: bearer-token checks and JSON body decoding."""
+"""What the endpoints share in reading a request: the process's services, bearer-token checks,
+path parameters and JSON bodies."""
 
 from __future__ import annotations
 
@@ -9,24 +10,51 @@ from typing import TypeVar
 import msgspec
 from starlette.requests import Request
 
-from gateway.errors import BadRequest, Unauthorized
+from domain.vouchers import valid_code
+from gateway.errors import BadRequest, NotFound, Unauthorized
 from gateway.services import Services
 
 T = TypeVar("T")
 
 
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
 def require_bearer(request: Request, token: str) -> Services:
     """The process's services, once the request carries ``Authorization: Bearer <token>``."""
-    s: Services = request.app.state.services
     header = request.headers.get("authorization", "")
     if not hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
         raise Unauthorized()
-    return s
+    return services(request)
 
 
 def admin(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return require_bearer(request, services.cfg.admin_token)
+    return require_bearer(request, services(request).cfg.admin_token)
+
+
+def path_param(request: Request, name: str, parse: Callable[[str], T | None], missing: str) -> T:
+    """The path parameter ``name``, parsed; one that does not parse names nothing: 404
+    ``missing``."""
+    value = parse(request.path_params[name])
+    if value is None:
+        raise NotFound(missing)
+    return value
+
+
+def database_id(text: str) -> int | None:
+    """An id as a path segment: digits, no more than a bigint column holds."""
+    return int(text) if text.isdigit() and len(text) <= 15 else None
+
+
+def voucher_code(request: Request) -> str:
+    """The voucher code of the path; a malformed one names no voucher."""
+    return path_param(request, "code", _valid_code, "VOUCHER_NOT_FOUND")
+
+
+def _valid_code(code: str) -> str | None:
+    return code if valid_code(code) else None
 
 
 async def decode_body(request: Request, decode: Callable[[bytes], T], max_bytes: int) -> T:

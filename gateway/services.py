@@ -9,13 +9,15 @@ from dataclasses import dataclass, field
 import asyncpg
 
 from gateway.auth import TokenVerifier
-from gateway.catalog import Catalog
-from gateway.outbox import OutboxAcker, run_relay
+from gateway.handoff import HandOff
+from gateway.items import ItemCatalog
+from gateway.out_of_stock import OutOfStockFlags
+from gateway.outbox import run_relay
+from gateway.outboxes import ItemShard, ShardsAndBuyer, order_outbox, voucher_outbox
 from gateway.producer import OrderProducer
 from gateway.ratelimit import TokenBuckets
 from gateway.soldout import SoldOutFlags, keep_fresh, listen
-from gateway.voucher_catalog import OutOfStockFlags, VoucherCatalog
-from gateway.voucher_outbox import VoucherAcker, run_voucher_relay
+from gateway.voucher_catalog import VoucherCatalog
 from kernel.settings import Settings
 from shard_router import ShardRouter, VoucherStore
 
@@ -24,17 +26,17 @@ from shard_router import ShardRouter, VoucherStore
 class Services:
     cfg: Settings
     pool: asyncpg.Pool
-    catalog: Catalog
+    catalog: ItemCatalog
     router: ShardRouter
     producer: OrderProducer
-    acker: OutboxAcker
+    order_hand_off: HandOff[ItemShard, ShardsAndBuyer]
     flags: SoldOutFlags
     verifier: TokenVerifier
     user_buckets: TokenBuckets
     ip_buckets: TokenBuckets
     vouchers: VoucherCatalog
     voucher_store: VoucherStore
-    voucher_acker: VoucherAcker
+    voucher_hand_off: HandOff[str, None]
     voucher_flags: OutOfStockFlags
     inflight: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -47,7 +49,11 @@ class Services:
         router = ShardRouter(cfg)
         await router.start()
         voucher_store = VoucherStore(router)
-        catalog = Catalog(pool, cfg.item_cache_seconds)
+        producer = OrderProducer(cfg)
+        catalog = ItemCatalog(pool, cfg.item_cache_seconds)
+        vouchers = VoucherCatalog(pool, cfg.item_cache_seconds)
+        orders, order_hand_off = order_outbox(cfg, router, catalog, producer)
+        voucher_uses, voucher_hand_off = voucher_outbox(cfg, voucher_store, vouchers, producer)
         flags = SoldOutFlags(cfg.sold_out_flag_ttl_ms / 1000, catalog.cached)
         catalog.on_refresh.append(flags.revalidate)
         services = cls(
@@ -55,40 +61,26 @@ class Services:
             pool=pool,
             catalog=catalog,
             router=router,
-            producer=OrderProducer(cfg),
-            acker=OutboxAcker(router),
+            producer=producer,
+            order_hand_off=order_hand_off,
             flags=flags,
             verifier=TokenVerifier(cfg),
             user_buckets=TokenBuckets(cfg.user_rate_per_s, cfg.user_burst),
             ip_buckets=TokenBuckets(cfg.ip_rate_per_s, cfg.ip_burst),
-            vouchers=VoucherCatalog(pool, cfg.item_cache_seconds),
+            vouchers=vouchers,
             voucher_store=voucher_store,
-            voucher_acker=VoucherAcker(voucher_store),
+            voucher_hand_off=voucher_hand_off,
             voucher_flags=OutOfStockFlags(cfg.sold_out_flag_ttl_ms / 1000),
         )
-        await services.catalog.refresh()
+        await catalog.refresh()
+        stop = services.stop
         services.tasks = [
-            asyncio.create_task(services.catalog.run(services.stop)),
-            asyncio.create_task(listen(services.flags, cfg.redis_nodes, services.stop)),
-            asyncio.create_task(
-                keep_fresh(services.flags, router, services.catalog, services.stop)
-            ),
-            asyncio.create_task(
-                run_relay(
-                    cfg, router, services.catalog, services.producer, services.acker, services.stop
-                )
-            ),
-            asyncio.create_task(services.vouchers.run(services.stop)),
-            asyncio.create_task(
-                run_voucher_relay(
-                    cfg,
-                    voucher_store,
-                    services.vouchers,
-                    services.producer,
-                    services.voucher_acker,
-                    services.stop,
-                )
-            ),
+            asyncio.create_task(catalog.run(stop)),
+            asyncio.create_task(listen(flags, cfg.redis_nodes, stop)),
+            asyncio.create_task(keep_fresh(flags, router, catalog, stop)),
+            asyncio.create_task(run_relay(cfg, orders, producer, stop)),
+            asyncio.create_task(vouchers.run(stop)),
+            asyncio.create_task(run_relay(cfg, voucher_uses, producer, stop)),
         ]
         return services
 

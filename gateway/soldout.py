@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from redis.asyncio import Redis
 
-from gateway.catalog import Catalog, Item
+from gateway.items import Item, ItemCatalog
 from gateway.paths import purchase_path
 from shard_router import ShardRouter, ShardUnavailable
-from shard_router.stock_events import CHANNEL
+from shard_router.stock_events import CHANNEL, publish
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +65,14 @@ class SoldOutFlags:
         self.by_path[path] = min(until, time.monotonic() + (item.ends_at - now))
 
 
+async def announce_restock(flags: SoldOutFlags, router: ShardRouter, item_id: int) -> None:
+    """Units of the item came back: this instance's flag goes now, every other's by broadcast."""
+    flags.clear(item_id)
+    await publish(router.client, "restock", item_id)
+
+
 async def keep_fresh(
-    flags: SoldOutFlags, router: ShardRouter, catalog: Catalog, stop: asyncio.Event
+    flags: SoldOutFlags, router: ShardRouter, catalog: ItemCatalog, stop: asyncio.Event
 ) -> None:
     """Re-check flagged items twice per TTL: still empty everywhere → the flag is extended, so
     the 410s never fall through to token checks and Redis when a TTL ends; stock back (a

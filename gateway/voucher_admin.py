@@ -11,27 +11,15 @@ from starlette.responses import Response
 
 from domain.errors import NotReady
 from domain.voucher_arm import ArmedVoucher, arm_voucher
-from domain.vouchers import (
-    Voucher,
-    VoucherExists,
-    create_voucher,
-    decode_new_voucher,
-    valid_code,
-)
+from domain.vouchers import Voucher, VoucherExists, create_voucher, decode_new_voucher
+from gateway.arming import arm_errors
 from gateway.errors import Conflict, NotFound, Unavailable
-from gateway.requests import admin, decode_body
+from gateway.requests import admin, decode_body, voucher_code
 from gateway.responses import json_response
 from gateway.services import Services
 from shard_router import ShardUnavailable
 
 MAX_BODY = 64 * 1024
-
-
-def _code(request: Request) -> str:
-    code: str = request.path_params["code"]
-    if not valid_code(code):
-        raise NotFound("VOUCHER_NOT_FOUND")
-    return code
 
 
 def _iso(epoch: float) -> str:
@@ -56,12 +44,8 @@ def _armed_json(armed: ArmedVoucher) -> dict[str, Any]:
 
 
 async def _arm(s: Services, code: str) -> ArmedVoucher:
-    try:
+    with arm_errors():
         armed = await arm_voucher(s.pool, s.voucher_store, code)
-    except NotReady as exc:
-        raise Conflict(NotReady.code, detail=str(exc)) from None
-    except ShardUnavailable:
-        raise Unavailable() from None
     s.voucher_flags.clear(code)
     return armed
 
@@ -73,7 +57,7 @@ async def post_voucher(request: Request) -> Response:
         voucher = await create_voucher(s.pool, new)
     except VoucherExists:
         raise Conflict("VOUCHER_EXISTS") from None
-    s.vouchers.remember(voucher.code, voucher)
+    s.vouchers.remember(voucher)
     answer = _voucher_json(voucher)
     if voucher.is_flash:
         # Created either way; when Redis cannot take it now, POST …/arm does it later.
@@ -86,7 +70,7 @@ async def post_voucher(request: Request) -> Response:
 
 async def arm(request: Request) -> Response:
     s = admin(request)
-    code = _code(request)
+    code = voucher_code(request)
     voucher = await s.vouchers.get(code)
     if voucher is None:
         raise NotFound("VOUCHER_NOT_FOUND")
@@ -109,7 +93,7 @@ where v.code = $1 group by v.code
 
 async def get_voucher(request: Request) -> Response:
     s = admin(request)
-    code = _code(request)
+    code = voucher_code(request)
     voucher = await s.vouchers.get(code)
     row = await s.pool.fetchrow(_COUNTERS, code) if voucher is not None else None
     if voucher is None or row is None:

@@ -30,13 +30,12 @@ from domain.vouchers import (
     ReservationRequest,
     Voucher,
     decode_reservation,
-    valid_code,
     valid_order_id,
 )
 from gateway import metrics
+from gateway.catalog import CatalogUnavailable
 from gateway.errors import ApiError, Conflict, NotEligible, NotFound, Unavailable
-from gateway.producer import NeverSent, OutcomeUnknown
-from gateway.requests import decode_body, require_bearer
+from gateway.requests import decode_body, path_param, require_bearer, services, voucher_code
 from gateway.responses import json_response
 from gateway.services import Services
 from kernel.events import VoucherReserved, encode
@@ -49,6 +48,7 @@ T = TypeVar("T")
 MAX_BODY = 64 * 1024
 DB_DEADLINE_S = 5.0
 _DB_UNAVAILABLE = (
+    CatalogUnavailable,
     OSError,
     TimeoutError,
     asyncpg.PostgresConnectionError,
@@ -66,11 +66,15 @@ _REFUSALS: dict[Outcome, tuple[type[ApiError], str]] = {
     Outcome.NOT_LOADED: (Unavailable, "VOUCHER_NOT_ARMED"),
     Outcome.NOT_FOUND: (NotFound, "VOUCHER_NOT_FOUND"),
 }
+# What a confirm that did not happen answers, when the database has the reservation.
+_CONFIRM_REFUSALS = {
+    Transition.ENDED: "RESERVATION_EXPIRED",
+    Transition.FAILED: "RESERVATION_FAILED",
+}
 
 
 def _authorized(request: Request) -> Services:
-    services: Services = request.app.state.services
-    return require_bearer(request, services.cfg.service_token)
+    return require_bearer(request, services(request).cfg.service_token)
 
 
 async def _db(call: Awaitable[T]) -> T:
@@ -84,18 +88,18 @@ async def _db(call: Awaitable[T]) -> T:
 
 
 async def _voucher(s: Services, request: Request) -> Voucher:
-    code: str = request.path_params["code"]
-    voucher = await _db(s.vouchers.get(code)) if valid_code(code) else None
+    voucher = await _db(s.vouchers.get(voucher_code(request)))
     if voucher is None:
         raise NotFound("VOUCHER_NOT_FOUND")
     return voucher
 
 
 def _order_id(request: Request) -> str:
-    order_id: str = request.path_params["order_id"]
-    if not valid_order_id(order_id):
-        raise NotFound("RESERVATION_NOT_FOUND")
-    return order_id
+    return path_param(request, "order_id", _valid_order_id, "RESERVATION_NOT_FOUND")
+
+
+def _valid_order_id(order_id: str) -> str | None:
+    return order_id if valid_order_id(order_id) else None
 
 
 async def _reservation_request(request: Request) -> ReservationRequest:
@@ -174,31 +178,13 @@ async def _reserve_flash(s: Services, voucher: Voucher, wanted: ReservationReque
         if taken.outcome is Outcome.RESERVED:
             metrics.VOUCHER_REMAINING.labels(voucher.code).set(taken.remaining)
             failpoint("gateway.after_voucher_reserve")
-            await _hand_off(s, voucher.code, wanted.order_id, payload)
+            await s.voucher_hand_off.send(voucher.code, wanted.order_id, payload, None)
         elif taken.outcome is Outcome.OUT_OF_STOCK:
             metrics.VOUCHER_REMAINING.labels(voucher.code).set(0)
             s.voucher_flags.mark(voucher.code)
         return taken.outcome
     finally:
         s.inflight -= 1
-
-
-async def _hand_off(s: Services, code: str, order_id: str, payload: bytes) -> None:
-    """The same outcome rules as a purchase: NeverSent gives the use back, an unknown outcome
-    keeps it (the relay re-sends, the writer stores it once)."""
-    try:
-        await s.producer.send(s.cfg.vouchers_topic, order_id.encode(), payload)
-    except NeverSent as exc:
-        log.warning("voucher use %s never sent: %s", order_id, exc)
-        try:
-            await s.voucher_store.release(code, order_id, ended=False)
-        except ShardUnavailable:
-            pass  # the hold stays in the outbox; the relay sends it later
-        raise Unavailable() from None
-    except OutcomeUnknown as exc:
-        log.warning("voucher use %s outcome unknown: %s", order_id, exc)
-        raise Unavailable(orderId=order_id) from None
-    s.voucher_acker.ack(code, order_id)
 
 
 # POST /vouchers/{code}/reservations/{orderId}/confirm
@@ -212,10 +198,8 @@ async def _confirm(s: Services, voucher: Voucher, order_id: str) -> Response:
     result = await _db(confirm(s.pool, voucher.code, order_id))
     if result is Transition.DONE:
         return json_response({"orderId": order_id, "status": "CONFIRMED"})
-    if result is Transition.ENDED:
-        raise Conflict("RESERVATION_EXPIRED")
-    if result is Transition.FAILED:
-        raise Conflict("RESERVATION_FAILED")
+    if result in _CONFIRM_REFUSALS:
+        raise Conflict(_CONFIRM_REFUSALS[result])
     raise await _not_stored(s, voucher, order_id)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from gateway.catalog import Item
+from gateway.items import Item
 from gateway.paths import purchase_path
 from gateway.soldout import SoldOutFlags
 
