@@ -1,0 +1,91 @@
+"""The long-running processes: ``flashsale gateway``, ``writer`` and ``expiry``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from flashsale.cli.parser import Subcommands, at_least, command
+from kernel.settings import Settings, settings
+
+
+def _gateway(args: argparse.Namespace, cfg: Settings) -> int:
+    argv = [sys.executable, "-m", "gateway"]
+    for option, value in (
+        ("--host", args.host),
+        ("--port", args.port),
+        ("--workers", args.workers),
+    ):
+        if value is not None:
+            argv += [option, str(value)]
+    os.execv(sys.executable, argv)  # noqa: S606 - granian wants to own the process
+
+
+def _writer(args: argparse.Namespace, cfg: Settings) -> int:
+    from writer.app import main as writer_main
+
+    port = None if cfg.writer_metrics_port < 0 else cfg.writer_metrics_port
+    return writer_main(cfg, once=args.once, metrics_port=port)
+
+
+def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
+    import asyncio
+
+    from flashsale.cli.connect import run_stack
+    from jobs.expiry import expire_once, run_expiry
+
+    async def work(pool: Any, router: Any) -> int:
+        if args.once:
+            print(f"expired {await expire_once(pool, router)} orders and voucher uses")
+        else:
+            await run_expiry(pool, router, cfg.expiry_interval_ms / 1000, asyncio.Event())
+        return 0
+
+    return run_stack(cfg, work)
+
+
+def add_gateway(sub: Subcommands) -> None:
+    cfg = settings()  # the defaults shown are the environment's
+    p = command(sub, "gateway", "run the gateway (HTTP, granian + uvloop) in the foreground")
+    p.set_defaults(handler=_gateway)
+    p.add_argument(
+        "--host",
+        help=f"address to listen on (default: FLASHSALE_GATEWAY_HOST, now {cfg.gateway_host})",
+    )
+    p.add_argument(
+        "--port",
+        type=at_least(1, 65535),
+        help=f"TCP port (default: FLASHSALE_GATEWAY_PORT, now {cfg.gateway_port})",
+    )
+    p.add_argument(
+        "--workers",
+        type=at_least(1),
+        help=f"worker processes, one per core is right (default: FLASHSALE_GATEWAY_WORKERS, "
+        f"now {cfg.gateway_workers})",
+    )
+
+
+def add_writer(sub: Subcommands) -> None:
+    p = command(sub, "writer", "run the Kafka -> PostgreSQL order and voucher writer", _writer)
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="drain what is on the topics, then exit (default: run until SIGINT/SIGTERM)",
+    )
+
+
+def add_expiry(sub: Subcommands) -> None:
+    p = command(
+        sub,
+        "expiry",
+        "expire unpaid orders and held voucher uses; their units and uses go back",
+        _expiry,
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass, print how many expired, exit (default: a pass every "
+        "FLASHSALE_EXPIRY_INTERVAL_MS, until interrupted)",
+    )

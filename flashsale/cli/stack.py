@@ -1,0 +1,59 @@
+"""``flashsale stack up|down|status`` and ``flashsale migrate``: the local stack and its schema."""
+
+from __future__ import annotations
+
+import argparse
+
+from flashsale.cli.parser import Subcommands, command, subcommands
+from kernel.settings import Settings
+
+
+def _up(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale import stack
+    from flashsale.migrate import migrate
+
+    took = stack.up(cfg)
+    applied = migrate(cfg)
+    print(f"stack: up in {took:.1f}s; migrations applied: {', '.join(applied) or 'none pending'}")
+    _print_status(cfg)
+    return 0
+
+
+def _down(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale import stack
+
+    stack.down(cfg)
+    return 0
+
+
+def _status(args: argparse.Namespace, cfg: Settings) -> int:
+    _print_status(cfg)
+    return 0
+
+
+def _print_status(cfg: Settings) -> None:
+    from flashsale import stack
+
+    for name, state in stack.status(cfg).items():
+        print(f"  {name:<9} {state}")
+    print(f"  logs      {cfg.log_dir}/")
+
+
+def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale.migrate import migrate
+
+    applied = migrate(cfg)
+    print(f"migrations applied: {', '.join(applied) or 'none pending'}")
+    return 0
+
+
+def add_stack(sub: Subcommands) -> None:
+    parser = command(sub, "stack", "start, stop or show the local Redis/Kafka/PostgreSQL stack")
+    actions = subcommands(parser, "action")
+    command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
+    command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
+    command(actions, "status", "show what runs where", _status)
+
+
+def add_migrate(sub: Subcommands) -> None:
+    command(sub, "migrate", "apply pending database migrations (migrations/*.sql)", _migrate)

@@ -1,0 +1,254 @@
+"""What ``--json`` prints: one Struct per shape, field names as the HTTP API spells them
+(camelCase), moments as RFC 3339 in UTC. docs/cli.md documents these shapes; a field is added,
+never renamed or removed, so scripts keep working. Where the API answers the same question
+(create, arm, item), the shape is the API's answer."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+import msgspec
+
+if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis and Kafka clients
+    from domain.arm import ArmedItem
+    from domain.sales import NewSale
+    from domain.voucher_arm import ArmedVoucher
+    from domain.vouchers import Voucher
+    from jobs.reconcile import ItemReport
+    from jobs.voucher_reconcile import VoucherReport
+    from shard_router import ShardState
+
+
+class View(msgspec.Struct, frozen=True, rename="camel"):
+    pass
+
+
+# sale create (= POST /admin/sales's 201 body)
+class CreatedItem(View, frozen=True):
+    item_id: int
+    product_id: str
+    quantity: int
+    shards: int
+
+
+class CreatedSale(View, frozen=True):
+    sale_id: int
+    items: list[CreatedItem]
+
+    @classmethod
+    def of(cls, sale_id: int, item_ids: list[int], sale: NewSale) -> CreatedSale:
+        return cls(
+            sale_id,
+            [
+                CreatedItem(item_id, item.product_id, item.quantity, item.shards)
+                for item_id, item in zip(item_ids, sale.items, strict=True)
+            ],
+        )
+
+
+# sale show
+class SaleItem(View, frozen=True):
+    item_id: int
+    product_id: str
+    price: int
+    quantity: int
+    sold: int
+    shards: int
+    paused: bool
+
+
+class Sale(View, frozen=True):
+    sale_id: int
+    name: str
+    starts_at: dt.datetime
+    ends_at: dt.datetime
+    payment_window_seconds: int
+    armed_at: dt.datetime | None
+    on_sale: bool  # armed and inside its window: the gateway sells its unpaused items
+    items: list[SaleItem]
+
+
+# sale arm (= POST /admin/sales/{id}/arm)
+class ArmedSaleItem(View, frozen=True):
+    item_id: int
+    shards: int
+    units: int
+    held: int
+
+
+class ArmedSale(View, frozen=True):
+    sale_id: int
+    items: list[ArmedSaleItem]
+
+    @classmethod
+    def of(cls, sale_id: int, armed: list[ArmedItem]) -> ArmedSale:
+        return cls(sale_id, [ArmedSaleItem(a.item_id, a.shards, a.units, a.held) for a in armed])
+
+
+# item (= GET /admin/items/{id})
+class Shard(View, frozen=True):
+    shard: int
+    node: str
+    stock: int
+    holds: int
+    buyers: int
+    outbox: int
+
+
+class Item(View, frozen=True):
+    item_id: int
+    quantity: int
+    sold: int
+    paused: bool
+    units_left: int
+    shards: list[Shard]
+
+    @classmethod
+    def of(
+        cls, item_id: int, quantity: int, sold: int, paused: bool, states: list[ShardState]
+    ) -> Item:
+        shards = [Shard(s.shard, s.node, s.stock, s.holds, s.buyers, s.outbox) for s in states]
+        return cls(item_id, quantity, sold, paused, sum(s.stock for s in states), shards)
+
+
+# reconcile
+class ItemCheck(View, frozen=True):
+    item_id: int
+    quantity: int
+    sold: int
+    pending: int
+    paid: int
+    paused: bool
+    units_left: int
+    holds: int
+    outbox: int
+    in_flight: int
+    stale: int
+    ghosts: int
+    lost: int
+    kafka_lag: int
+    drift: int
+
+    @classmethod
+    def of(cls, r: ItemReport) -> ItemCheck:
+        return cls(
+            r.item_id,
+            r.quantity,
+            r.sold,
+            r.pending,
+            r.paid,
+            r.paused,
+            r.units_left,
+            r.holds,
+            r.outbox,
+            r.in_flight,
+            len(r.stale),
+            r.ghosts,
+            r.lost,
+            r.kafka_lag,
+            r.drift,
+        )
+
+
+class VoucherCheck(View, frozen=True):
+    code: str
+    is_flash: bool
+    total_limit: int
+    used_count: int
+    reserved: int
+    confirmed: int
+    remaining: int | None  # flash only: uses left in Redis; null when Redis has not loaded it
+    holds: int
+    outbox: int
+    in_flight: int
+    stale: int
+    ghosts: int
+    lost: int
+    kafka_lag: int
+    drift: int
+
+    @classmethod
+    def of(cls, r: VoucherReport) -> VoucherCheck:
+        return cls(
+            r.code,
+            r.is_flash,
+            r.total_limit,
+            r.used_count,
+            r.reserved,
+            r.confirmed,
+            r.remaining,
+            r.holds,
+            r.outbox,
+            r.in_flight,
+            len(r.stale),
+            r.ghosts,
+            r.lost,
+            r.kafka_lag,
+            r.drift,
+        )
+
+
+class Reconciliation(View, frozen=True):
+    drift: int  # the sum over items and vouchers; the exit status is 1 when it is not 0
+    fixed: bool  # --fix ran (the numbers are those after the fix)
+    items: list[ItemCheck]
+    vouchers: list[VoucherCheck]
+
+
+# voucher create / show / arm
+def _utc(epoch: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC)
+
+
+class VoucherTerms(View, frozen=True):
+    code: str
+    discount_amount: int
+    min_order_amount: int
+    total_limit: int
+    per_customer_limit: int
+    starts_at: dt.datetime
+    ends_at: dt.datetime
+    is_flash: bool
+
+    @classmethod
+    def of(cls, v: Voucher) -> VoucherTerms:
+        return cls(
+            v.code,
+            v.discount_amount,
+            v.min_order_amount,
+            v.total_limit,
+            v.per_customer_limit,
+            _utc(v.starts_at),
+            _utc(v.ends_at),
+            v.is_flash,
+        )
+
+
+class CreatedVoucher(VoucherTerms, frozen=True, omit_defaults=True):
+    """= POST /admin/vouchers's 201 body: the terms, and for a flash voucher whether it was
+    armed (``remaining``, ``held``, ``inFlight``) or why not (``armError``)."""
+
+    armed: bool | None = None
+    remaining: int | None = None
+    held: int | None = None
+    in_flight: int | None = None
+    arm_error: str | None = None
+
+
+class ArmedVoucherView(View, frozen=True):
+    """= POST /admin/vouchers/{code}/arm."""
+
+    code: str
+    remaining: int
+    held: int
+    in_flight: int
+
+    @classmethod
+    def of(cls, a: ArmedVoucher) -> ArmedVoucherView:
+        return cls(a.code, a.remaining, a.held, a.in_flight)
+
+
+class VoucherShown(View, frozen=True):
+    voucher: VoucherTerms
+    check: VoucherCheck  # the same object as an entry of reconcile's "vouchers"
