@@ -8,62 +8,25 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import aiohttp
 import asyncpg
 import uvloop
 
+from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from gateway.auth import sign_token
 from jobs.reconcile import reconcile, render_table
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.settings import Settings
 from shard_router import ShardRouter
 
 DEMO_PORT = 18188
-
-
-@contextmanager
-def _process(name: str, argv: list[str], env: dict[str, str], log_dir: str) -> Iterator[None]:
-    with open(os.path.join(log_dir, f"demo-{name}.log"), "ab") as log:
-        proc = subprocess.Popen(
-            argv,
-            cwd=PROJECT_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        yield
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-
-
-async def _wait_ready(session: aiohttp.ClientSession) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            async with session.get("/readyz") as response:
-                if response.status == 200:
-                    return
-        except aiohttp.ClientError:
-            pass
-        await asyncio.sleep(0.2)
-    raise RuntimeError("the gateway did not become ready (see .stack/logs/demo-gateway.log)")
+READY_TIMEOUT_S = 30.0
+# Every demo buyer comes from 127.0.0.1: the per-IP bucket would stop the crowd.
+LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
 
 
 async def _create_sale(
@@ -148,7 +111,6 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
     base = f"http://127.0.0.1:{DEMO_PORT}"
     connector = aiohttp.TCPConnector(limit=256)
     async with aiohttp.ClientSession(base, connector=connector) as session:
-        await _wait_ready(session)
         item_id = await _create_sale(session, cfg, units, shards)
         print(
             f"demo: sale armed, item {item_id}: {units} units over {shards} shards; "
@@ -204,21 +166,17 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
 
 
 def run_demo(cfg: Settings, *, buyers: int, units: int, shards: int) -> int:
-    env = {
-        **os.environ,
-        "FLASHSALE_GATEWAY_PORT": str(DEMO_PORT),
-        # every demo buyer comes from 127.0.0.1: the per-IP bucket would stop the crowd
-        "FLASHSALE_IP_RATE_PER_S": "100000000",
-        "FLASHSALE_IP_BURST": "100000000",
-    }
-    log_dir = str(cfg.log_dir)
-    os.makedirs(log_dir, exist_ok=True)
+    env = settings_env(gateway_port=DEMO_PORT, **LIFTED_IP_LIMITS)
+    cfg.log_dir.mkdir(parents=True, exist_ok=True)
+    writer_log, gateway_log = cfg.log_dir / "demo-writer.log", cfg.log_dir / "demo-gateway.log"
     print(
         f"demo: starting a gateway on 127.0.0.1:{DEMO_PORT} and a writer "
-        f"(logs in {log_dir}/demo-*.log)"
+        f"(logs in {cfg.log_dir}/demo-*.log)"
     )
     with (
-        _process("writer", [sys.executable, "-m", "writer"], env, log_dir),
-        _process("gateway", [sys.executable, "-m", "gateway"], env, log_dir),
+        process_group([sys.executable, "-m", "writer"], log=writer_log, env=env),
+        process_group([sys.executable, "-m", "gateway"], log=gateway_log, env=env) as gateway,
     ):
+        ready = http_ready(f"http://127.0.0.1:{DEMO_PORT}/readyz")
+        wait_ready(gateway, ready, READY_TIMEOUT_S, "the gateway", gateway_log)
         return uvloop.run(_sale(cfg, buyers, units, shards))

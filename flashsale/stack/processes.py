@@ -1,20 +1,32 @@
-"""Start and stop the stack's server processes by PID file.
+"""Start and stop processes: the stack's servers by PID file, and child process groups.
 
-Each server runs in its own session (so a Ctrl-C in the terminal does not reach it) with its
-output in ``<state>/logs/<name>.log``. ``stop`` only ever signals a PID this module recorded,
-and only while that PID still runs the program it started (guarding against PID reuse).
+Each stack server runs in its own session (so a Ctrl-C in the terminal does not reach it) with
+its output in ``<state>/logs/<name>.log``. ``Managed.stop`` only ever signals a PID this module
+recorded, and only while that PID still runs the program it started (guarding against PID reuse).
+
+``process_group`` runs a child (a gateway, a writer, a server under test) the same way, in a
+session of its own, and stops its whole group when the block ends: the one place the demo, the
+tests and the load tests start and stop their children.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
 from pathlib import Path
+
+from kernel.settings import PREFIX, PROJECT_ROOT, Settings
+
+STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL: a writer flushing its last batch needs a few seconds
 
 # Servers outlive the Popen objects that started them; keeping the objects here stops Python
 # from warning that a child "is still running" when one is garbage collected.
@@ -133,3 +145,112 @@ def port_open(address: str) -> bool:
             return True
     except OSError:
         return False
+
+
+def settings_env(**values: object) -> dict[str, str]:
+    """The ``FLASHSALE_*`` variables that give a child process these ``Settings`` fields: the
+    names are checked against ``Settings``, so a typo fails here, not silently in the child."""
+    known = {f.name for f in fields(Settings)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"not Settings fields: {', '.join(unknown)}")
+    return {PREFIX + name.upper(): _env_value(value) for name, value in values.items()}
+
+
+def _env_value(value: object) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(part) for part in value)
+    return str(value)
+
+
+def spawn_group(
+    argv: Sequence[str],
+    *,
+    log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = PROJECT_ROOT,
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` in a session of its own (so it leads a process group that ``stop_group``
+    stops whole, and a Ctrl-C in the terminal does not reach it), with our environment plus
+    ``env``; its output appended to ``log``, or discarded."""
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(open(log, "ab")) if log is not None else subprocess.DEVNULL
+        return subprocess.Popen(  # noqa: S603 - argv is built by the caller, not user input
+            list(argv),
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def stop_group(proc: subprocess.Popen[bytes], grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM the process group ``proc`` leads (it and everything it forked), wait up to
+    ``grace_s`` for it to exit, then SIGKILL the group."""
+    if proc.returncode is not None:
+        return  # reaped already: its PID, and so the group's id, may belong to another process
+    with contextlib.suppress(ProcessLookupError):  # the whole group has exited
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+
+
+@contextmanager
+def process_group(
+    argv: Sequence[str],
+    *,
+    log: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path = PROJECT_ROOT,
+    grace_s: float = STOP_GRACE_S,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``spawn_group`` for the block, ``stop_group`` after it, also on an error or Ctrl-C."""
+    proc = spawn_group(argv, log=log, env=env, cwd=cwd)
+    try:
+        yield proc
+    finally:
+        stop_group(proc, grace_s)
+
+
+def wait_ready(
+    proc: subprocess.Popen[bytes],
+    ready: Callable[[], bool],
+    timeout: float,
+    name: str,
+    log: Path | None = None,
+) -> None:
+    """Until ``ready()``; a child that exits first, or is not ready in time, is a StackError."""
+    see = f"; see {log}" if log is not None else ""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if proc.poll() is not None:
+            raise StackError(f"{name} exited with {proc.returncode}{see}")
+        if time.monotonic() > deadline:
+            raise StackError(f"{name} not ready after {timeout:.0f}s{see}")
+        time.sleep(0.1)
+
+
+# Readiness probes go straight to loopback: a proxy from the environment must not answer them.
+_direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def http_ready(url: str, status: int = 200) -> Callable[[], bool]:
+    """A probe: does a GET of ``url`` answer ``status``?"""
+
+    def ready() -> bool:
+        try:
+            with _direct.open(url, timeout=1) as response:
+                return bool(response.status == status)
+        except urllib.error.HTTPError as error:  # a 4xx or 5xx answer is still an answer
+            error.close()
+            return error.code == status
+        except OSError:
+            return False
+
+    return ready

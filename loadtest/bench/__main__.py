@@ -41,6 +41,7 @@ from loadtest.bench import (
 from loadtest.bench import results as store
 from loadtest.bench.harness import GATEWAY_ENV, Harness, Options
 from loadtest.bench.sale import RESERVE_SHARDS, RESERVE_STOCK
+from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens
 
 SECTIONS = (
@@ -54,7 +55,6 @@ SECTIONS = (
     "vouchers",
     "loadgen",
 )
-REPORTS = store.RESULTS_PATH.parent
 TOOLS = {
     "closed": ("wrk", "taskset", "nginx"),
     "redis": ("taskset", "redis-benchmark", "redis-server"),
@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     cfg = settings()
     tokens.check(cfg)
     command = shlex.join([".venv/bin/python", "-m", "loadtest.bench", *raw])
-    log_dir = REPORTS / "logs"
+    log_dir = REPORTS_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="loadtest-"))
     ctx = Context(args, cfg, options(args), workdir, log_dir, store.load())

@@ -11,7 +11,6 @@ buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import signal
 import subprocess
@@ -22,22 +21,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 
+from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import sale, servers
 from loadtest.bench.topics import own_topics
+from loadtest.constants import LIFTED_IP_LIMITS
 from loadtest.generators import tokens, wrk
+from loadtest.scenarios.admin import NewItem, new_sale
 from shard_router import shard_keys
 
 POLL_S = 0.05
-ARM_TIMEOUT_S = 60.0
 WARM_TIMEOUT_S = 60.0
-GATEWAY_ENV = {  # the per-IP bucket lifted (all load is from 127.0.0.1); the flag TTL as shipped
-    "FLASHSALE_IP_RATE_PER_S": "100000000",
-    "FLASHSALE_IP_BURST": "100000000",
-}
+GATEWAY_ENV = settings_env(**LIFTED_IP_LIMITS)  # the sold-out flag's TTL as shipped
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,29 +91,18 @@ def settings(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _create_sale(base: str, units: int, shards: int) -> tuple[sale.Item, sale.Item]:
+def _create_sale(base: str, cfg: Settings, units: int, shards: int) -> tuple[sale.Item, sale.Item]:
     """(warm-up item: 1 unit, the spike's item), one sale, open now, armed."""
-    now = dt.datetime.now(dt.UTC)
-    body = {
-        "name": "loadtest spike",
-        "startsAt": (now - dt.timedelta(seconds=5)).isoformat(),
-        "endsAt": (now + dt.timedelta(hours=1)).isoformat(),
-        "paymentWindowSeconds": 3600,
-        "items": [
-            {"productId": "spike-warmup", "quantity": 1, "price": 990, "shards": 1},
-            {"productId": "spike", "quantity": units, "price": 990, "shards": shards},
-        ],
-    }
-    headers = sale.ADMIN_HEADERS
-    created = httpx.post(f"{base}/admin/sales", json=body, headers=headers, timeout=30)
-    if created.status_code != 201:
-        raise RuntimeError(f"create sale: {created.status_code} {created.text}")
-    made = created.json()
-    armed = httpx.post(
-        f"{base}/admin/sales/{made['saleId']}/arm", headers=headers, timeout=ARM_TIMEOUT_S
+    items = [NewItem("spike-warmup", 1, 1, price=990), NewItem("spike", units, shards, price=990)]
+    made = new_sale(
+        base,
+        cfg,
+        items,
+        opens_at=time.time() - 5,
+        hours=1,
+        payment_window_s=3600,
+        name="loadtest spike",
     )
-    if armed.status_code != 200:
-        raise RuntimeError(f"arm sale: {armed.status_code} {armed.text}")
     warm, spike = (sale.Item(i["itemId"], i["shards"]) for i in made["items"])
     return warm, spike
 
@@ -185,7 +171,7 @@ def run_once(
     token_file = tokens.write(cfg, workdir / "spike.tokens", buyers.take(plan.buyers))
     with own_topics(cfg, "spike") as env:
         writer_argv = [sys.executable, "-m", "writer", "--metrics-port", "-1"]
-        gateway_env = {**GATEWAY_ENV, **env, "FLASHSALE_GATEWAY_PORT": str(port)}
+        gateway_env = {**GATEWAY_ENV, **env, **settings_env(gateway_port=port)}
         gateway_ready = servers.http_ready(f"{base}/readyz", 200)
         with (
             servers.running(
@@ -200,7 +186,7 @@ def run_once(
                 gateway_env,
             ) as gateway,
         ):
-            warm, item = _create_sale(base, plan.units, plan.shards)
+            warm, item = _create_sale(base, cfg, plan.units, plan.shards)
             try:
                 # One order end to end: the writer has joined its group and stores orders.
                 status = sale.purchase(base, warm, next(tokens.signed(cfg, buyers.take(1))))

@@ -1,5 +1,5 @@
 """Six ways to keep one contended item from overselling, each as ``attempt(buyer)`` on state of
-its own (``loadtest.techniques`` races clients through them and checks the result).
+its own (``loadtest.bench.techniques`` races clients through them and checks the result).
 
 PostgreSQL techniques use ``bench.oversell_stock`` (schema ``bench``, away from the app's tables),
 one fresh row per trial, deliberately WITHOUT ``CHECK (sold <= quantity)``: the constraint would

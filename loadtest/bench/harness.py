@@ -9,9 +9,6 @@ competes with the server, as it does on any 2-core machine, and the figures say 
 from __future__ import annotations
 
 import contextlib
-import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,17 +19,17 @@ from typing import Any
 import httpx
 from redis import Redis
 
+from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import affinity, machine, redisbench, sale, servers, topics
-from loadtest.generators import tokens, wrk
+from loadtest.constants import LIFTED_IP_LIMITS
+from loadtest.generators import openloop, tokens, wrk
 
 Measured = tuple[dict[str, Any], list[str]]
 
-GATEWAY_ENV = {
-    "FLASHSALE_IP_RATE_PER_S": "100000000",
-    "FLASHSALE_IP_BURST": "100000000",
-    "FLASHSALE_SOLD_OUT_FLAG_TTL_MS": "86400000",
-}
+# The sold-out flag outlives every run: a tokenless request never falls through to the token
+# checks when the default 1 s flag expires.
+GATEWAY_ENV = settings_env(**LIFTED_IP_LIMITS, sold_out_flag_ttl_ms=86_400_000)
 WARMUP_TOKENS = 20_000
 
 
@@ -127,7 +124,7 @@ class Harness:
         if subject == "gateway":
             argv = servers.gateway_argv(port, workers)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**GATEWAY_ENV, **self._topic_env, "FLASHSALE_GATEWAY_PORT": str(port)}
+            env = {**GATEWAY_ENV, **self._topic_env, **settings_env(gateway_port=port)}
         elif subject == "bare_asgi":
             argv = servers.granian_argv("loadtest.baselines.bare_asgi:app", port)
             ready, env = servers.http_ready(f"{base}/", 410), {}
@@ -153,7 +150,7 @@ class Harness:
         """Create the benchmark's sale through a gateway and sell the sold-out item's one unit."""
         with self.server("gateway") as served:
             base = served.base
-            made = sale.create(base, hours=2)
+            made = sale.create(base, self.cfg, hours=2)
             status = sale.purchase(base, made.sold_out, self._token())
             if status != 202:
                 assert self.shards is not None
@@ -203,28 +200,18 @@ class Harness:
         load_core = self.cores(workers)[1]
         with self.server(subject, workers) as served:
             url = served.base + item.path
-            warm_file = self._token_file("warmup", WARMUP_TOKENS)
-            warm = wrk.run(
-                url,
-                o.warmup_s,
-                o.reserve_connections,
-                load_core,
-                (warm_file, 0, WARMUP_TOKENS),
-                threads=workers,
-            )
+
+            def load(seconds: float, token_file: Path, count: int) -> wrk.WrkResult:
+                tokens = (token_file, 0, count)
+                return wrk.run(url, seconds, o.reserve_connections, load_core, tokens, workers)
+
+            warm = load(o.warmup_s, self._token_file("warmup", WARMUP_TOKENS), WARMUP_TOKENS)
             # Enough fresh buyers for 1.5x the warm-up's pace, so no token is used twice.
             count = int(warm.rps * o.duration_s * 1.5) + 5_000
             token_file = self._token_file(f"{subject}-closed", count)
             before = self._reserved(item)
             with served.cpu() as cpu:
-                result = wrk.run(
-                    url,
-                    o.duration_s,
-                    o.reserve_connections,
-                    load_core,
-                    (token_file, 0, count),
-                    threads=workers,
-                )
+                result = load(o.duration_s, token_file, count)
         metrics: dict[str, Any] = {**_wrk_figures(result), **cpu.figures(result.requests)}
         metrics["workers"] = workers
         metrics["tokens"] = count
@@ -243,9 +230,7 @@ class Harness:
             base = served.base
             problems = self._flag_sold_out(subject, base, 1)
             before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
-            with served.cpu() as cpu:
-                metrics = self._open_loop(base + s.sold_out.path, rate, None)
-            metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+            metrics = self._open_loop(served, base + s.sold_out.path, rate, None)
             if subject == "gateway":
                 metrics["flag_hits"] = sale.metric(base, "sold_out_flag") - before
                 if metrics["flag_hits"] < metrics["answered_total"]:
@@ -259,9 +244,7 @@ class Harness:
         with self.server(subject) as served:
             token_file = self._token_file(f"{subject}-open", count)
             before = self._reserved(item)
-            with served.cpu() as cpu:
-                metrics = self._open_loop(served.base + item.path, rate, token_file)
-            metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+            metrics = self._open_loop(served, served.base + item.path, rate, token_file)
         metrics["reserved"] = self._reserved(item) - before
         problems = _open_problems(metrics, "202")
         self._clear(item)
@@ -323,36 +306,24 @@ class Harness:
                     return [f"the flagging purchase answered {status}, not 410"]
         return _probe(base + s.sold_out.path, 410, "before the run", 2 * workers)
 
-    def _open_loop(self, url: str, rate: float, token_file: Path | None) -> dict[str, Any]:
+    def _open_loop(
+        self, served: Served, url: str, rate: float, token_file: Path | None
+    ) -> dict[str, Any]:
+        """An open-loop run at ``rate``, with the server's CPU over it per answered request."""
         o = self.opts
-        argv = [
-            sys.executable,
-            "-m",
-            "loadtest.generators.openloop",
-            url,
-            "--rate",
-            f"{rate:g}",
-            "--duration",
-            f"{o.duration_s:g}",
-            "--warmup",
-            f"{o.open_warmup_s:g}",
-            "--connections",
-            str(o.open_connections),
-        ]
-        if token_file is not None:
-            argv += ["--tokens", str(token_file)]
-        done = subprocess.run(
-            servers.pinned(o.load_core, argv),
-            capture_output=True,
-            text=True,
-            timeout=o.duration_s + o.open_warmup_s + 120,
-            check=False,
-        )
-        for line in done.stdout.splitlines():
-            if line.startswith("OPENLOOP_JSON "):
-                summary: dict[str, Any] = json.loads(line[len("OPENLOOP_JSON ") :])
-                return summary
-        raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
+        with served.cpu() as cpu:
+            metrics = openloop.measure(
+                url,
+                rate=rate,
+                duration_s=o.duration_s,
+                warmup_s=o.open_warmup_s,
+                connections=o.open_connections,
+                core=o.load_core,
+                tokens=token_file,
+                timeout_s=o.duration_s + o.open_warmup_s + 120,
+            )
+        metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+        return metrics
 
     def close(self) -> None:
         """Delete every key of the benchmark's items and its topics (the stack is shared)."""

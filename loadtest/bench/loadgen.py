@@ -11,7 +11,6 @@ the planner how many Locust workers a target rate needs.
 from __future__ import annotations
 
 import csv
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -20,8 +19,9 @@ from typing import Any
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import servers
 from loadtest.bench.results import Recorder, rotate
+from loadtest.constants import LOCUST_PROBE
+from loadtest.generators.openloop import measure as measure_openloop
 
-LOCUSTFILE = Path(__file__).resolve().parent.parent / "scenarios" / "locust_probe.py"
 LOCUST_USERS = 64
 OPENLOOP_OFFERED = 30_000.0
 OPENLOOP_CONNECTIONS = 256
@@ -33,7 +33,7 @@ def locust(url: str, duration_s: float, core: int, workdir: Path) -> dict[str, A
     argv = [
         str(Path(sys.executable).with_name("locust")),
         "-f",
-        str(LOCUSTFILE),
+        str(LOCUST_PROBE),
         "--headless",
         "-u",
         str(LOCUST_USERS),
@@ -73,40 +73,22 @@ def locust(url: str, duration_s: float, core: int, workdir: Path) -> dict[str, A
 
 
 def openloop(url: str, duration_s: float, core: int) -> dict[str, Any]:
-    argv = [
-        sys.executable,
-        "-m",
-        "loadtest.generators.openloop",
+    summary = measure_openloop(
         url,
-        "--rate",
-        f"{OPENLOOP_OFFERED:g}",
-        "--duration",
-        f"{duration_s:g}",
-        "--warmup",
-        "1",
-        "--connections",
-        str(OPENLOOP_CONNECTIONS),
-        "--drain",
-        "120",
-    ]
-    done = subprocess.run(
-        servers.pinned(core, argv),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=duration_s + 300,
-        check=False,
+        rate=OPENLOOP_OFFERED,
+        duration_s=duration_s,
+        warmup_s=1,
+        connections=OPENLOOP_CONNECTIONS,
+        core=core,
+        drain_s=120,
+        timeout_s=duration_s + 300,
     )
-    for line in done.stdout.splitlines():
-        if line.startswith("OPENLOOP_JSON "):
-            summary: dict[str, Any] = json.loads(line[len("OPENLOOP_JSON ") :])
-            return {
-                "rps": summary["answered_total"] / summary["elapsed_s"],
-                "offered_rps": OPENLOOP_OFFERED,
-                "requests": summary["answered_total"],
-                "unanswered": summary["unanswered"],
-            }
-    raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-500:]}")
+    return {
+        "rps": summary["answered_total"] / summary["elapsed_s"],
+        "offered_rps": OPENLOOP_OFFERED,
+        "requests": summary["answered_total"],
+        "unanswered": summary["unanswered"],
+    }
 
 
 def summary(m: dict[str, Any]) -> str:
@@ -146,7 +128,8 @@ def run(
         "openloop_connections": OPENLOOP_CONNECTIONS,
         "server_core": server_core,
         "load_core": load_core,
-        "locust_command": f"taskset -c {load_core} .venv/bin/locust -f loadtest/locust_probe.py"
+        "locust_command": f"taskset -c {load_core} .venv/bin/locust"
+        f" -f {LOCUST_PROBE.relative_to(PROJECT_ROOT)}"
         f" --headless -u {LOCUST_USERS} -r {LOCUST_USERS} -t {max(1, round(duration_s))}s"
         " --host <nginx return 410>",
     }

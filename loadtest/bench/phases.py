@@ -10,13 +10,13 @@ the subjects rotated every repeat so drift does not always hit the same one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from typing import Any
 
 from loadtest.bench import redisbench
-from loadtest.bench.harness import Harness
-from loadtest.bench.results import Recorder, rotate
+from loadtest.bench.harness import Harness, Measured
+from loadtest.bench.results import Recorder, Summarize, rotate
 from loadtest.bench.stats import figure, select
 
 SOLD_OUT_SUBJECTS = ("gateway", "bare_asgi", "nginx")
@@ -39,23 +39,34 @@ def redis_summary(m: dict[str, Any]) -> str:
     return f"{m['ops_per_s']:,.0f} EVALSHA/s, p99 {m['p99_ms']:.2f} ms"
 
 
-def closed(h: Harness, rec: Recorder, repeats: int) -> None:
+# One measured run of a repeat: its progress label, where it is recorded, and how it is measured.
+Step = tuple[str, tuple[str, str, int], Callable[[], Measured]]
+
+
+def _repeat(
+    rec: Recorder,
+    title: str,
+    repeats: int,
+    steps: Callable[[int], Iterator[Step]],
+    summarize: Summarize = http_summary,
+) -> None:
+    """Every repeat's steps, each recorded (a failed one too) with a progress line."""
     for r in range(repeats):
-        print(f"[closed loop] repeat {r + 1}/{repeats}", flush=True)
+        print(f"[{title}] repeat {r + 1}/{repeats}", flush=True)
+        for label, where, measure in steps(r):
+            rec.step(label, where, measure, summarize)
+
+
+def closed(h: Harness, rec: Recorder, repeats: int) -> None:
+    def steps(r: int) -> Iterator[Step]:
         for subject in rotate(SOLD_OUT_SUBJECTS, r):
-            rec.step(
-                f"(a) sold-out  {subject:<9}",
-                ("sold_out", subject, r),
-                partial(h.closed_sold_out, subject),
-                http_summary,
-            )
+            label = f"(a) sold-out  {subject:<9}"
+            yield label, ("sold_out", subject, r), partial(h.closed_sold_out, subject)
         for subject in rotate(RESERVE_SUBJECTS, r):
-            rec.step(
-                f"(b) reserve   {subject:<9}",
-                ("reserve", subject, r),
-                partial(h.closed_reserve, subject),
-                http_summary,
-            )
+            label = f"(b) reserve   {subject:<9}"
+            yield label, ("reserve", subject, r), partial(h.closed_reserve, subject)
+
+    _repeat(rec, "closed loop", repeats, steps)
 
 
 def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
@@ -63,18 +74,18 @@ def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
     port = redisbench.stack_primary([int(n.rsplit(":", 1)[1]) for n in h.cfg.redis_nodes])
     stack = redisbench.Node(f"cluster node :{port} (stack)", port, cluster=True)
     names: set[str] = set()
-    for r in range(repeats):
-        print(f"[redis] repeat {r + 1}/{repeats}", flush=True)
+
+    def steps(r: int) -> Iterator[Step]:
+        # A fresh standalone Redis per repeat, stopped once the repeat's steps are through.
         with h.standalone_redis() as standalone:
             for node in rotate([stack, standalone], r):
                 names.add(node.name)
                 for pipeline in rotate(PIPELINES, r):
-                    rec.step(
-                        f"(c) redis -P {pipeline:<2} {node.name}",
-                        ("redis", f"{node.name}|{pipeline}", r),
-                        partial(h.redis, node, pipeline),
-                        redis_summary,
-                    )
+                    label = f"(c) redis -P {pipeline:<2} {node.name}"
+                    where = ("redis", f"{node.name}|{pipeline}", r)
+                    yield label, where, partial(h.redis, node, pipeline)
+
+    _repeat(rec, "redis", repeats, steps, redis_summary)
     return sorted(names)
 
 
@@ -106,36 +117,25 @@ def open_rates(maxima: dict[str, float], fractions: Sequence[float]) -> dict[str
 
 
 def open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str, float]]) -> None:
-    for r in range(repeats):
-        print(f"[open loop] repeat {r + 1}/{repeats}", flush=True)
+    def steps(r: int) -> Iterator[Step]:
         for key, plan in rates.items():
             scenario = key.split("@", 1)[0]
             subjects = SOLD_OUT_SUBJECTS if scenario == "sold_out" else RESERVE_SUBJECTS
             offered = plan["offered_rps"]
             measure = h.open_sold_out if scenario == "sold_out" else h.open_reserve
             for subject in rotate(subjects, r):
-                rec.step(
-                    f"{scenario:<8} {subject:<9} at {offered:,.0f}/s ({plan['fraction']:.0%})",
-                    (key, subject, r),
-                    partial(measure, subject, offered),
-                    http_summary,
-                )
+                label = f"{scenario:<8} {subject:<9} at {offered:,.0f}/s ({plan['fraction']:.0%})"
+                yield label, (key, subject, r), partial(measure, subject, offered)
+
+    _repeat(rec, "open loop", repeats, steps)
 
 
 def scaling(h: Harness, rec: Recorder, repeats: int) -> None:
-    for r in range(repeats):
-        print(f"[scaling] repeat {r + 1}/{repeats}", flush=True)
-        for workers in rotate(SCALING_WORKERS, r):
-            rec.step(
-                f"sold-out gateway --workers {workers}",
-                ("sold_out", f"workers={workers}", r),
-                partial(h.closed_sold_out, "gateway", workers),
-                http_summary,
-            )
-        for workers in rotate(SCALING_WORKERS, r):
-            rec.step(
-                f"reserve  gateway --workers {workers}",
-                ("reserve", f"workers={workers}", r),
-                partial(h.closed_reserve, "gateway", workers),
-                http_summary,
-            )
+    def steps(r: int) -> Iterator[Step]:
+        for scenario, path in (("sold_out", "sold-out"), ("reserve", "reserve ")):
+            measure = h.closed_sold_out if scenario == "sold_out" else h.closed_reserve
+            for workers in rotate(SCALING_WORKERS, r):
+                label, where = f"{path} gateway --workers {workers}", f"workers={workers}"
+                yield label, (scenario, where, r), partial(measure, "gateway", workers)
+
+    _repeat(rec, "scaling", repeats, steps)

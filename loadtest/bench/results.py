@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from kernel.settings import PROJECT_ROOT
 from loadtest.bench import machine
+from loadtest.constants import REPORTS_DIR
 
-RESULTS_PATH = PROJECT_ROOT / "loadtest" / "reports" / "bench-results.json"
+RESULTS_PATH = REPORTS_DIR / "bench-results.json"
 FORMAT = 2
 Results = dict[str, Any]
 Section = dict[str, Any]

@@ -4,17 +4,17 @@ Redis has a 1 GB ``maxmemory`` and other people's tests use it too)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import re
+import time
 from dataclasses import dataclass
 
 import httpx
 from redis.cluster import ClusterNode, RedisCluster
 
 from kernel.settings import Settings
+from loadtest.scenarios.admin import NewItem, new_sale
 from shard_router import shard_keys
 
-ADMIN_HEADERS = {"Authorization": "Bearer dev-admin-token"}
 PURCHASE_PATH = "/api/flash-sales/items/{}/purchase"
 RESERVE_STOCK = 10_000_000
 RESERVE_SHARDS = 8
@@ -42,31 +42,15 @@ class BenchSale:
         return (self.sold_out, self.gateway, self.naive)
 
 
-def create(base_url: str, hours: float) -> BenchSale:
+def create(base_url: str, cfg: Settings, hours: float) -> BenchSale:
     """Create and arm one sale, open now, with the three items the scenarios need."""
-    now = dt.datetime.now(dt.UTC)
     shapes = [(1, 1), (RESERVE_STOCK, RESERVE_SHARDS), (RESERVE_STOCK, RESERVE_SHARDS)]
-    body = {
-        "name": "loadtest",
-        "startsAt": (now - dt.timedelta(seconds=5)).isoformat(),
-        "endsAt": (now + dt.timedelta(hours=hours)).isoformat(),
-        "paymentWindowSeconds": 3600,
-        "items": [
-            {"productId": f"loadtest-{n}", "quantity": q, "price": 990, "shards": s}
-            for n, (q, s) in enumerate(shapes)
-        ],
-    }
-    created = httpx.post(f"{base_url}/admin/sales", json=body, headers=ADMIN_HEADERS, timeout=30)
-    if created.status_code != 201:
-        raise RuntimeError(f"create sale: {created.status_code} {created.text}")
-    sale = created.json()
-    armed = httpx.post(
-        f"{base_url}/admin/sales/{sale['saleId']}/arm", headers=ADMIN_HEADERS, timeout=60
+    items = [NewItem(f"loadtest-{n}", q, s, price=990) for n, (q, s) in enumerate(shapes)]
+    made = new_sale(
+        base_url, cfg, items, opens_at=time.time() - 5, hours=hours, payment_window_s=3600
     )
-    if armed.status_code != 200:
-        raise RuntimeError(f"arm sale: {armed.status_code} {armed.text}")
-    items = [Item(i["itemId"], i["shards"]) for i in sale["items"]]
-    return BenchSale(sale["saleId"], items[0], items[1], items[2])
+    first, gateway, naive = (Item(i["itemId"], i["shards"]) for i in made["items"])
+    return BenchSale(made["saleId"], first, gateway, naive)
 
 
 def purchase(base_url: str, item: Item, token: bytes | None) -> int:

@@ -5,27 +5,24 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+from flashsale.stack.processes import http_ready, process_group, wait_ready
+from loadtest.constants import BASELINES_DIR, BENCH_PORTS, NGINX_LISTEN
 
-from kernel.settings import PROJECT_ROOT
+__all__ = ["free_port", "http_ready", "pinned", "running"]
 
-BASELINES = Path(__file__).resolve().parent.parent / "baselines"
-PORT_RANGE = range(18200, 18300)
 READY_TIMEOUT_S = 60.0
 
 
-def free_port(taken: set[int]) -> int:
-    """The first loopback port of 18200-18299 that nothing listens on and we have not taken."""
-    for port in PORT_RANGE:
+def free_port(taken: set[int], ports: range = BENCH_PORTS) -> int:
+    """The first loopback port of ``ports`` that nothing listens on and we have not taken."""
+    for port in ports:
         if port in taken:
             continue
         with socket.socket() as probe:
@@ -35,22 +32,12 @@ def free_port(taken: set[int]) -> int:
                 continue
         taken.add(port)
         return port
-    raise RuntimeError("no free port in 18200-18299")
+    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def pinned(core: int | str, argv: list[str]) -> list[str]:
     """``argv`` run on ``core`` (a core number, or a ``taskset`` list such as ``"0,1"``)."""
     return ["taskset", "-c", str(core), *argv]
-
-
-def http_ready(url: str, status: int) -> Callable[[], bool]:
-    def ready() -> bool:
-        try:
-            return httpx.get(url, timeout=1.0).status_code == status
-        except httpx.HTTPError:
-            return False
-
-    return ready
 
 
 @contextmanager
@@ -62,42 +49,11 @@ def running(
     core: int | str = 0,
     env: Mapping[str, str] | None = None,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """Start ``argv`` pinned to ``core``, wait until ``ready()``, yield, then stop it."""
-    log_path = log_dir / f"{name}.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            pinned(core, argv),
-            cwd=PROJECT_ROOT,
-            env={**os.environ, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while not ready():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited with {proc.returncode}; see {log_path}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{name} not ready after {READY_TIMEOUT_S:.0f}s; see {log_path}")
-            time.sleep(0.1)
+    """Start ``argv`` pinned to ``core``, wait until ``ready()``, yield, then stop its group."""
+    log = log_dir / f"{name}.log"
+    with process_group(pinned(core, argv), log=log, env=env) as proc:
+        wait_ready(proc, ready, READY_TIMEOUT_S, name, log)
         yield proc
-    finally:
-        stop(proc)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the process group we created (the server and its workers), SIGKILL if it lingers."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
-    except ProcessLookupError:
-        pass
 
 
 def cpu_seconds(session: int) -> float:
@@ -143,7 +99,7 @@ def granian_argv(target: str, port: int) -> list[str]:
 def nginx_argv(port: int, prefix: Path) -> list[str]:
     """nginx with our config, its listen port rewritten, every file under ``prefix``."""
     nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    conf = (BASELINES / "nginx.conf").read_text().replace("127.0.0.1:18203", f"127.0.0.1:{port}")
+    conf = (BASELINES_DIR / "nginx.conf").read_text().replace(NGINX_LISTEN, f"127.0.0.1:{port}")
     (prefix / "tmp").mkdir(parents=True, exist_ok=True)
     conf_path = prefix / "nginx.conf"
     conf_path.write_text(conf)

@@ -1,9 +1,9 @@
 """The anti-oversell techniques side by side on one contended item: ``clients`` concurrent
 clients (asyncio tasks of one process) make ``attempts`` attempts, one per distinct buyer, on an
-item of ``units`` units, through each technique of ``loadtest.guards`` in turn. After each trial
-the store is asked how many units it sold: exactly ``units``, never more, or the trial fails.
+item of ``units`` units, through each technique of ``loadtest.bench.guards`` in turn. After each
+trial the store is asked how many units it sold: exactly ``units``, never more, or the trial fails.
 
-    .venv/bin/python -m loadtest.techniques --clients 1,8,64 --attempts 5000 --units 100
+    .venv/bin/python -m loadtest.bench.techniques --clients 1,8,64 --attempts 5000 --units 100
 
 Per trial: decisions/s (attempts answered per second, won or lost), latency percentiles of one
 attempt (lock waits and retries included), retries, and the client process's CPU share (near 100%:
@@ -156,7 +156,7 @@ def argv(names: Sequence[str], clients: Sequence[int], attempts: int, units: int
     return [
         sys.executable,
         "-m",
-        "loadtest.techniques",
+        "loadtest.bench.techniques",
         "--only",
         ",".join(names),
         "--clients",
@@ -213,7 +213,9 @@ def run(
 
 
 def main(args: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.techniques", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.bench.techniques", description=__doc__
+    )
     parser.add_argument("--only", default=",".join(NAMES), help="techniques, comma separated")
     parser.add_argument("--clients", default=",".join(str(c) for c in CLIENTS))
     parser.add_argument("--attempts", type=int, default=ATTEMPTS)

@@ -12,7 +12,22 @@ from contextlib import contextmanager
 
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
+
+
+@contextmanager
+def scratch_topics(cfg: Settings, wanted: dict[str, int]) -> Iterator[None]:
+    """Topics ``{name: partitions}`` for the block, deleted afterwards."""
+    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
+    new = [NewTopic(name, partitions, 1) for name, partitions in wanted.items()]
+    for future in admin.create_topics(new, operation_timeout=10).values():
+        future.result(timeout=30)
+    try:
+        yield
+    finally:
+        for future in admin.delete_topics(list(wanted), operation_timeout=10).values():
+            future.exception(timeout=30)  # cleanup only: a failed delete must not hide a result
 
 
 @contextmanager
@@ -20,21 +35,11 @@ def own_topics(cfg: Settings, label: str) -> Iterator[dict[str, str]]:
     """Fresh orders and dead-letter topics for the block, deleted afterwards; yields the
     environment that points a gateway or a writer at them."""
     tag = uuid.uuid4().hex[:12]
-    names = {"orders": f"bench.{label}.orders.{tag}", "deadletter": f"bench.{label}.dl.{tag}"}
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
-    wanted = [
-        NewTopic(names["orders"], cfg.orders_partitions, 1),
-        NewTopic(names["deadletter"], 1, 1),
-    ]
-    for future in admin.create_topics(wanted, operation_timeout=10).values():
-        future.result(timeout=30)
-    try:
-        yield {
-            "FLASHSALE_ORDERS_TOPIC": names["orders"],
-            "FLASHSALE_DEADLETTER_TOPIC": names["deadletter"],
-            "FLASHSALE_WRITER_GROUP": f"bench-{label}-writer-{tag}",
-            "FLASHSALE_WRITER_STREAMS": "orders",
-        }
-    finally:
-        for future in admin.delete_topics(list(names.values()), operation_timeout=10).values():
-            future.exception(timeout=30)
+    orders, deadletter = f"bench.{label}.orders.{tag}", f"bench.{label}.dl.{tag}"
+    with scratch_topics(cfg, {orders: cfg.orders_partitions, deadletter: 1}):
+        yield settings_env(
+            orders_topic=orders,
+            deadletter_topic=deadletter,
+            writer_group=f"bench-{label}-writer-{tag}",
+            writer_streams=("orders",),
+        )

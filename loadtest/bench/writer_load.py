@@ -23,11 +23,11 @@ from typing import Any
 import asyncpg
 import uvloop
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings, settings
+from loadtest.bench.topics import scratch_topics
 from writer.app import run
 from writer.consumer import WriterStats
 
@@ -59,20 +59,6 @@ async def _item(pool: asyncpg.Pool, quantity: int) -> int:
             SHARDS,
         )
     return item
-
-
-def _create_topics(cfg: Settings, wanted: dict[str, int]) -> None:
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
-    for future in admin.create_topics(
-        [NewTopic(name, parts, 1) for name, parts in wanted.items()], operation_timeout=10
-    ).values():
-        future.result(timeout=30)
-
-
-def _delete_topics(cfg: Settings, names: list[str]) -> None:
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
-    for future in admin.delete_topics(names, operation_timeout=10).values():
-        future.result(timeout=30)
 
 
 def _produce(cfg: Settings, topic: str, item: int, orders: int) -> None:
@@ -109,8 +95,7 @@ def _produce(cfg: Settings, topic: str, item: int, orders: int) -> None:
 async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: int) -> Result:
     tag = uuid.uuid4().hex[:12]
     topic, deadletter = f"bench.orders.{tag}", f"bench.deadletter.{tag}"
-    await asyncio.to_thread(_create_topics, cfg, {topic: cfg.orders_partitions, deadletter: 1})
-    try:
+    with scratch_topics(cfg, {topic: cfg.orders_partitions, deadletter: 1}):
         item = await _item(pool, orders)
         await asyncio.to_thread(_produce, cfg, topic, item, orders)
         stats = WriterStats()
@@ -125,8 +110,6 @@ async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: in
         started = time.monotonic()
         await run(run_cfg, metrics_port=None, once=True, stats=stats)
         wall = time.monotonic() - started
-    finally:
-        await asyncio.to_thread(_delete_topics, cfg, [topic, deadletter])
     stored = await pool.fetchval(
         "SELECT count(*) FROM flash_sale_order WHERE item_id = $1 AND status = 'PENDING'", item
     )

@@ -1,5 +1,5 @@
 """The capacity model: from measured per-unit costs to a fleet. Pure arithmetic, no I/O, so it can
-be tested on its own (``tests/test_planner.py``) and read in one sitting.
+be tested on its own (``tests/loadtest/test_planner.py``) and read in one sitting.
 
 1. Utilisation. Cores run at most at ``headroom`` (0.7) of their capacity, lower if the predicted
    p99 there is above the target. Each path's latency percentiles (p50, p90, p99, p99.9, max) at a

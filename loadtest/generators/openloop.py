@@ -9,7 +9,8 @@ responses must carry ``Content-Length`` (the servers measured here all do).
 
 Usage: python -m loadtest.generators.openloop URL --rate 5000 --duration 10 \
     [--tokens FILE --first N]
-Prints a human summary and one ``OPENLOOP_JSON {...}`` line.
+Prints a human summary and one ``OPENLOOP_JSON {...}`` line, which ``measure`` (the benchmark's
+way to run it, pinned, in a subprocess of its own) reads back.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -28,7 +31,11 @@ from urllib.parse import urlsplit
 import uvloop
 from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
 
+from kernel.settings import PROJECT_ROOT
+from loadtest.bench.servers import pinned
+
 HIGHEST_US = 3_600_000_000
+SUMMARY_PREFIX = "OPENLOOP_JSON "
 SPIN_WINDOW_S = 0.002  # closer than this to the next due time: yield, don't sleep (timers are 1 ms)
 
 
@@ -231,6 +238,44 @@ def read_tokens(path: Path, first: int, count: int) -> list[bytes]:
     return tokens
 
 
+def measure(
+    url: str,
+    *,
+    rate: float,
+    duration_s: float,
+    warmup_s: float,
+    connections: int,
+    core: int | str,
+    tokens: Path | None = None,
+    drain_s: float | None = None,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One open-loop run in a subprocess pinned to ``core`` (so the generator's event loop never
+    shares a process with the caller's); its ``OPENLOOP_JSON`` summary."""
+    argv = [
+        sys.executable, "-m", "loadtest.generators.openloop", url,
+        "--rate", f"{rate:g}", "--duration", f"{duration_s:g}", "--warmup", f"{warmup_s:g}",
+        "--connections", str(connections),
+    ]  # fmt: skip
+    if tokens is not None:
+        argv += ["--tokens", str(tokens)]
+    if drain_s is not None:
+        argv += ["--drain", f"{drain_s:g}"]
+    done = subprocess.run(
+        pinned(core, argv),
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith(SUMMARY_PREFIX):
+            summary: dict[str, Any] = json.loads(line[len(SUMMARY_PREFIX) :])
+            return summary
+    raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         prog="python -m loadtest.generators.openloop", description=__doc__
@@ -264,7 +309,7 @@ def main() -> None:
         f"p99.9 {summary['p999_ms']:.2f} max {summary['max_ms']:.2f} ms "
         f"statuses {summary['statuses']} unanswered {summary['unanswered']}"
     )
-    print("OPENLOOP_JSON " + json.dumps(summary))
+    print(SUMMARY_PREFIX + json.dumps(summary))
 
 
 if __name__ == "__main__":

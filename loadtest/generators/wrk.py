@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench.servers import pinned
+from loadtest.constants import WRK_SCRIPTS_DIR
 
-SCRIPTS = Path(__file__).resolve().parent / "wrk"
+SCRIPTS = WRK_SCRIPTS_DIR
 TIMEOUT_S = 10
 
 

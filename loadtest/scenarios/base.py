@@ -18,6 +18,7 @@ from loadtest.scenarios.tally import ACCEPTED
 
 log = logging.getLogger(__name__)
 MAX_RETRY_AFTER_S = 2.0
+PROCESSING_TRIES = 5
 
 # Looks at an answer inside its ``with`` block (so it can still fail it): a reason, or None.
 Judge = Callable[[Answer], str | None]
@@ -77,3 +78,13 @@ class GatewayUser(FastHttpUser):
     def retry_pause(self, answer: Answer) -> None:
         """Wait as the answer's Retry-After asks (at most a couple of seconds)."""
         self.pause(min(float(answer.retry_after or 1), MAX_RETRY_AFTER_S))
+
+    def until_stored(self, call: Callable[[], Answer], processing: str) -> Answer:
+        """``call()``, again after the answer's Retry-After while it is ``processing`` (the writer
+        has not stored the order or use yet) or a 503, at most ``PROCESSING_TRIES`` times."""
+        for _ in range(PROCESSING_TRIES):
+            answer = call()
+            if answer.code != processing and answer.status != 503:
+                break
+            self.retry_pause(answer)
+        return answer

@@ -13,7 +13,7 @@ Without ``--item-id``/``--voucher`` (``FLASHSALE_LOAD_ITEM_ID``/``FLASHSALE_LOAD
 master creates and arms a fresh sale (``--units``, ``--shards``, opening ``--opens-in`` seconds
 later) and a flash voucher at test start, through the admin API of ``--host``. Answers are
 counted per kind (``purchase 202 PENDING``, ``purchase 410 SOLD_OUT``...); see
-``loadtest/locust_scenarios/answers.py`` for what counts as a failure.
+``loadtest/scenarios/answers.py`` for what counts as a failure.
 
 Locust patches the standard library with gevent: nothing here imports uvloop or asyncpg.
 """

@@ -1,167 +1,84 @@
 """The locustfile's own command-line options (also read from ``FLASHSALE_LOAD_*`` variables and
-shown in the web UI). Locust forwards them from the master to every worker with each spawn."""
+shown in the web UI). Locust forwards them from the master to every worker with each spawn.
+
+Each option is one field of ``Options``: its default, its help and whether the web UI shows it
+live beside it, and ``add_arguments`` and ``Options.of`` are made from the fields."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 ENV = "FLASHSALE_LOAD_"
 
 
-def add_arguments(parser: Any) -> None:
-    """``events.init_command_line_parser`` listener."""
-    arg = parser.add_argument
-    arg(
-        "--item-id",
-        type=int,
-        default=0,
-        env_var=ENV + "ITEM_ID",
-        help="item to buy; 0 creates and arms a fresh sale at test start",
-    )
-    arg(
-        "--voucher",
-        default="",
-        env_var=ENV + "VOUCHER",
-        help="voucher code for VoucherBurst; empty creates a flash voucher at test start",
-    )
-    arg(
-        "--opens-at",
-        type=float,
-        default=0.0,
-        env_var=ENV + "OPENS_AT",
-        help="epoch seconds the given item's sale opens (buyers wait for it); 0: already open",
-    )
-    arg(
-        "--units",
-        type=int,
-        default=2000,
-        env_var=ENV + "UNITS",
-        help="units of a sale created at test start",
-    )
-    arg(
-        "--shards",
-        type=int,
-        default=4,
-        env_var=ENV + "SHARDS",
-        help="stock shards of a sale created at test start",
-    )
-    arg(
-        "--opens-in",
-        type=float,
-        default=3.0,
-        env_var=ENV + "OPENS_IN",
-        help="a sale created at test start opens this many seconds later",
-    )
-    arg(
-        "--voucher-limit",
-        type=int,
-        default=1000,
-        env_var=ENV + "VOUCHER_LIMIT",
-        help="uses of a voucher created at test start",
-    )
-    arg(
-        "--buyers",
-        type=int,
-        default=20000,
-        env_var=ENV + "BUYERS",
-        help="FlashSaleSpike: distinct buyers in the crowd, shared out over the workers",
-    )
-    arg(
-        "--polls",
-        type=int,
-        default=3,
-        env_var=ENV + "POLLS",
-        help="status polls after a 202 (stops early once the order leaves PENDING)",
-    )
-    arg(
-        "--poll-interval",
-        type=float,
-        default=0.5,
-        env_var=ENV + "POLL_INTERVAL",
-        help="seconds between status polls",
-    )
-    arg(
-        "--pay-share",
-        type=float,
-        default=0.5,
-        env_var=ENV + "PAY_SHARE",
-        help="share of winners who pay (the rest abandon; SteadyShopper cancels some)",
-    )
-    arg(
-        "--retries",
-        type=int,
-        default=1,
-        env_var=ENV + "RETRIES",
-        help="resends after a 503 (honouring Retry-After) or, in RetryStorm, a timeout",
-    )
-    arg(
-        "--retry-timeout",
-        type=float,
-        default=1.0,
-        env_var=ENV + "RETRY_TIMEOUT",
-        help="RetryStorm's client timeout in seconds (it resends when it runs out)",
-    )
-    arg(
-        "--bot-rate",
-        type=float,
-        default=50.0,
-        env_var=ENV + "BOT_RATE",
-        help="BotMix: purchase requests per second per bot (the per-user limit is 5/s)",
-    )
-    arg(
-        "--outcome-file",
-        default="",
-        env_var=ENV + "OUTCOME_FILE",
-        include_in_web_ui=False,
-        help="write the answer counts and every 202's orderId here (JSON) when Locust quits",
-    )
-    arg(
-        "--progress",
-        action="store_true",
-        env_var=ENV + "PROGRESS",
-        include_in_web_ui=False,
-        help="print a PROGRESS line every second (master or standalone)",
-    )
+def _option(default: Any, help: str, *, web_ui: bool = True) -> Any:
+    return field(default=default, metadata={"help": help, "web_ui": web_ui})
 
 
 @dataclass(frozen=True, slots=True)
 class Options:
-    item_id: int
-    voucher: str
-    opens_at: float
-    units: int
-    shards: int
-    opens_in: float
-    voucher_limit: int
-    buyers: int
-    polls: int
-    poll_interval: float
-    pay_share: float
-    retries: int
-    retry_timeout: float
-    bot_rate: float
-    outcome_file: str
-    progress: bool
+    item_id: int = _option(0, "item to buy; 0 creates and arms a fresh sale at test start")
+    voucher: str = _option(
+        "", "voucher code for VoucherBurst; empty creates a flash voucher at test start"
+    )
+    opens_at: float = _option(
+        0.0, "epoch seconds the given item's sale opens (buyers wait for it); 0: already open"
+    )
+    units: int = _option(2000, "units of a sale created at test start")
+    shards: int = _option(4, "stock shards of a sale created at test start")
+    opens_in: float = _option(3.0, "a sale created at test start opens this many seconds later")
+    voucher_limit: int = _option(1000, "uses of a voucher created at test start")
+    buyers: int = _option(
+        20000, "FlashSaleSpike: distinct buyers in the crowd, shared out over the workers"
+    )
+    polls: int = _option(3, "status polls after a 202 (stops early once the order leaves PENDING)")
+    poll_interval: float = _option(0.5, "seconds between status polls")
+    pay_share: float = _option(
+        0.5, "share of winners who pay (the rest abandon; SteadyShopper cancels some)"
+    )
+    retries: int = _option(
+        1, "resends after a 503 (honouring Retry-After) or, in RetryStorm, a timeout"
+    )
+    retry_timeout: float = _option(
+        1.0, "RetryStorm's client timeout in seconds (it resends when it runs out)"
+    )
+    bot_rate: float = _option(
+        50.0, "BotMix: purchase requests per second per bot (the per-user limit is 5/s)"
+    )
+    outcome_file: str = _option(
+        "",
+        "write the answer counts and every 202's orderId here (JSON) when Locust quits",
+        web_ui=False,
+    )
+    progress: bool = _option(
+        False, "print a PROGRESS line every second (master or standalone)", web_ui=False
+    )
 
     @classmethod
     def of(cls, parsed: Any) -> Options:
-        """From Locust's parsed options (values may arrive as strings from the web UI)."""
-        return cls(
-            item_id=int(parsed.item_id or 0),
-            voucher=str(parsed.voucher or ""),
-            opens_at=float(parsed.opens_at or 0),
-            units=int(parsed.units),
-            shards=int(parsed.shards),
-            opens_in=float(parsed.opens_in),
-            voucher_limit=int(parsed.voucher_limit),
-            buyers=int(parsed.buyers),
-            polls=int(parsed.polls),
-            poll_interval=float(parsed.poll_interval),
-            pay_share=float(parsed.pay_share),
-            retries=int(parsed.retries),
-            retry_timeout=float(parsed.retry_timeout),
-            bot_rate=float(parsed.bot_rate),
-            outcome_file=str(parsed.outcome_file or ""),
-            progress=bool(parsed.progress),
-        )
+        """From Locust's parsed options (values may arrive as strings from the web UI; an empty
+        one is the default)."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            value, default = getattr(parsed, f.name), _default(f)
+            values[f.name] = default if value in (None, "") else type(default)(value)
+        return cls(**values)
+
+
+def _default(f: Field[Any]) -> Any:
+    return f.default
+
+
+def add_arguments(parser: Any) -> None:
+    """``events.init_command_line_parser`` listener: ``--item-id`` and so on, one per field."""
+    for f in fields(Options):
+        named: dict[str, Any] = {"env_var": ENV + f.name.upper(), "help": f.metadata["help"]}
+        if not f.metadata["web_ui"]:
+            named["include_in_web_ui"] = False
+        default = _default(f)
+        if isinstance(default, bool):
+            named["action"] = "store_true"
+        else:
+            named.update(type=type(default), default=default)
+        parser.add_argument("--" + f.name.replace("_", "-"), **named)

@@ -2,7 +2,7 @@
 latency percentiles over time (Locust's "current" percentiles, over its last ~10 s) and
 throughput per second, in total and per answer kind, with the user count.
 
-    python -m loadtest.plot loadtest/reports/<run>/spike_stats_history.csv [out.png]
+    python -m loadtest.scenarios.plot loadtest/reports/<run>/spike_stats_history.csv [out.png]
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ bots, which keep one identity and hammer. All of them wait for the sale to open.
 from __future__ import annotations
 
 import random
+from functools import partial
 
 import gevent  # type: ignore[import-untyped]
 from gevent.event import Event  # type: ignore[import-untyped]
@@ -20,7 +21,6 @@ from loadtest.scenarios.run import Buyer
 
 OPENING_RETRY_S = 0.25
 OPENING_TRIES = 40  # 10 s of SALE_NOT_OPEN (a client clock ahead of the server's) at most
-PROCESSING_TRIES = 5
 
 
 class Shopper(GatewayUser):
@@ -90,12 +90,8 @@ class Shopper(GatewayUser):
         """Pay or cancel, again while the writer has not stored the order (ORDER_PROCESSING)."""
         expected = answers.PAY if action == "pay" else answers.CANCEL
         path = f"/api/flash-sales/orders/{order_id}/{action}"
-        for _ in range(PROCESSING_TRIES):
-            answer = self.call("POST", path, action, expected, headers=buyer.auth)
-            if answer.code != "ORDER_PROCESSING" and answer.status != 503:
-                break
-            self.retry_pause(answer)
-        return answer
+        call = partial(self.call, "POST", path, action, expected, headers=buyer.auth)
+        return self.until_stored(call, "ORDER_PROCESSING")
 
     def pay_or_abandon(self, buyer: Buyer, order_id: str, cancel_share: float = 0.0) -> None:
         draw = random.random()

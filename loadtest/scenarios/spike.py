@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,16 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from flashsale.stack.processes import settings_env
 from kernel.settings import PROJECT_ROOT, Settings, settings
 from loadtest import invariants
 from loadtest.bench import servers
+from loadtest.constants import LIFTED_IP_LIMITS, LOCUSTFILE, REPORTS_DIR, SPIKE_PORTS
 from loadtest.invariants import Check
 from loadtest.scenarios import admin, plot
 
-LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
-REPORTS = Path(__file__).resolve().parent.parent / "reports"
-PORTS = range(18400, 18500)
-GATEWAY_ENV = {"FLASHSALE_IP_RATE_PER_S": "100000000", "FLASHSALE_IP_BURST": "100000000"}
+GATEWAY_ENV = settings_env(**LIFTED_IP_LIMITS)
 LOCUST_GRACE_S = 90.0  # beyond --duration: start-up, the stop timeout, writing the reports
 
 
@@ -83,17 +81,6 @@ class Report:
         path.write_text("\n".join(self.lines) + "\n")
 
 
-def free_port() -> int:
-    for port in PORTS:
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError(f"no free port in {PORTS.start}-{PORTS.stop - 1}")
-
-
 def _log_says(path: Path, marker: str) -> Callable[[], bool]:
     def ready() -> bool:
         try:
@@ -107,9 +94,9 @@ def _log_says(path: Path, marker: str) -> Callable[[], bool]:
 @contextmanager
 def stack_servers(cfg: Settings, report_dir: Path, core: int) -> Iterator[str]:
     """A gateway and a writer of our own for the run; yields the gateway's base URL."""
-    port = free_port()
+    port = servers.free_port(set(), SPIKE_PORTS)
     base = f"http://127.0.0.1:{port}"
-    env = {**GATEWAY_ENV, "FLASHSALE_GATEWAY_PORT": str(port)}
+    env = {**GATEWAY_ENV, **settings_env(gateway_port=port)}
     writer_argv = [sys.executable, "-m", "writer", "--metrics-port", "0"]
     writer_ready = _log_says(report_dir / "writer.log", f"writer: {cfg.orders_topic} -> ")
     with ExitStack() as stack:
@@ -214,7 +201,7 @@ def print_answers(report: Report, outcome: dict[str, Any]) -> None:
 def run(opts: SpikeOptions, cfg: Settings | None = None, out: TextIO = sys.stdout) -> SpikeResult:
     """The whole spike; the result carries the checks (also printed) and the plot's path."""
     cfg = cfg or settings()
-    report_dir = opts.report_dir or REPORTS / time.strftime("%Y%m%d-%H%M%S")
+    report_dir = opts.report_dir or REPORTS_DIR / time.strftime("%Y%m%d-%H%M%S")
     report_dir.mkdir(parents=True, exist_ok=True)
     result = SpikeResult(report_dir)
     report = Report(out)
@@ -260,6 +247,27 @@ def run(opts: SpikeOptions, cfg: Settings | None = None, out: TextIO = sys.stdou
     return result
 
 
+# The command line: (flag, SpikeOptions field, help), each flag's default and type the field's.
+FLAGS = (
+    ("--buyers", "buyers", "distinct buyers in the crowd"),
+    ("--units", "units", "units on sale"),
+    ("--shards", "shards", "stock shards of the item"),
+    ("--users", "users", "concurrent Locust users"),
+    (
+        "--duration",
+        "duration_s",
+        "at most this many seconds of load (the run ends when the crowd is through)",
+    ),
+    ("--opens-in", "opens_in_s", "the sale opens this many seconds after it is armed"),
+    ("--pay-share", "pay_share", "winners who pay"),
+    ("--polls", "polls", "status polls per winner"),
+    ("--processes", "processes", "Locust processes (a master and workers; >1 is not pinned)"),
+    ("--server-core", "server_core", None),
+    ("--load-core", "load_core", None),
+    ("--drain-timeout", "drain_timeout_s", None),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     d = SpikeOptions()
     parser = argparse.ArgumentParser(
@@ -267,41 +275,17 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--buyers", type=int, default=d.buyers, help="distinct buyers in the crowd")
-    parser.add_argument("--units", type=int, default=d.units, help="units on sale")
-    parser.add_argument("--shards", type=int, default=d.shards, help="stock shards of the item")
-    parser.add_argument("--users", type=int, default=d.users, help="concurrent Locust users")
-    parser.add_argument(
-        "--duration",
-        type=float,
-        default=d.duration_s,
-        help="at most this many seconds of load (the run ends when the crowd is through)",
-    )
-    parser.add_argument(
-        "--opens-in",
-        type=float,
-        default=d.opens_in_s,
-        help="the sale opens this many seconds after it is armed",
-    )
-    parser.add_argument("--pay-share", type=float, default=d.pay_share, help="winners who pay")
-    parser.add_argument("--polls", type=int, default=d.polls, help="status polls per winner")
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=d.processes,
-        help="Locust processes (a master and workers; >1 is not pinned)",
-    )
-    parser.add_argument("--server-core", type=int, default=d.server_core)
-    parser.add_argument("--load-core", type=int, default=d.load_core)
-    parser.add_argument("--drain-timeout", type=float, default=d.drain_timeout_s)
+    for flag, name, text in FLAGS:
+        default = getattr(d, name)
+        metavar = flag[2:].upper().replace("-", "_")
+        parser.add_argument(
+            flag, dest=name, metavar=metavar, type=type(default), default=default, help=text
+        )
     parser.add_argument("--report-dir", type=Path, help="default loadtest/reports/<timestamp>")
     args = parser.parse_args(argv)
     opts = SpikeOptions(
-        buyers=args.buyers, units=args.units, shards=args.shards, users=args.users,
-        duration_s=args.duration, opens_in_s=args.opens_in, pay_share=args.pay_share,
-        polls=args.polls, processes=args.processes, server_core=args.server_core,
-        load_core=args.load_core, drain_timeout_s=args.drain_timeout, report_dir=args.report_dir,
-    )  # fmt: skip
+        **{name: getattr(args, name) for _, name, _ in FLAGS}, report_dir=args.report_dir
+    )
     return 0 if run(opts).passed else 1
 
 

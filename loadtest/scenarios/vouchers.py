@@ -8,6 +8,7 @@ expire."""
 from __future__ import annotations
 
 import random
+from functools import partial
 
 from locust import between, task
 from locust.exception import StopUser
@@ -20,7 +21,6 @@ ORDER_AMOUNT = 500_000
 RESEND_SHARE = 0.2
 SECOND_ORDER_SHARE = 0.2
 RELEASE_SHARE = 0.1
-PROCESSING_TRIES = 5
 
 
 class VoucherBurst(GatewayUser):
@@ -71,14 +71,9 @@ class VoucherBurst(GatewayUser):
             method, path, expected = "POST", f"/{order_id}/confirm", answers.VOUCHER_CONFIRM
         else:
             method, path, expected = "DELETE", f"/{order_id}", answers.VOUCHER_RELEASE
-        for _ in range(PROCESSING_TRIES):
-            answer = self.call(
-                method, self.base_path + path, f"voucher-{action}", expected, headers=self.service
-            )
-            if answer.code != "RESERVATION_PROCESSING" and answer.status != 503:
-                break
-            self.retry_pause(answer)
-        return answer
+        endpoint, url = f"voucher-{action}", self.base_path + path
+        call = partial(self.call, method, url, endpoint, expected, headers=self.service)
+        return self.until_stored(call, "RESERVATION_PROCESSING")
 
 
 def _names(order_id: str) -> Judge:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernel.settings import PROJECT_ROOT, Settings
+from loadtest.constants import LOCUSTFILE
 from loadtest.scenarios import spike
 from loadtest.scenarios.answers import PURCHASE, VOUCHER_RESERVE, Answer
 from loadtest.scenarios.run import Process, Run, crowd_share
@@ -23,7 +24,7 @@ SCENARIOS = {"FlashSaleSpike", "SteadyShopper", "RetryStorm", "BotMix", "Voucher
 @pytest.mark.timeout(60)
 def test_locustfile_defines_every_scenario() -> None:
     listed = subprocess.run(
-        [sys.executable, "-m", "locust", "-f", "loadtest/scenarios/locustfile.py", "--list"],
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--list"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,

@@ -3,61 +3,31 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import httpx
 
-from kernel.settings import PROJECT_ROOT, Settings
+from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
+from kernel.settings import Settings, settings
+from tests.support.constants import REDIS_TIMEOUT_MS
 
-ADMIN = {"Authorization": "Bearer dev-admin-token"}
+ADMIN = {"Authorization": f"Bearer {settings().admin_token}"}
+SERVICE = {"Authorization": f"Bearer {settings().service_token}"}
+READY_TIMEOUT_S = 30.0
 
 
 @contextmanager
 def running_gateway(cfg: Settings, port: int, **env: str) -> Iterator[str]:
-    # Tests share 2 cores with Redis, Kafka, PostgreSQL and the writer: a 250 ms Redis deadline
-    # would turn scheduling hiccups into 503s. The deadline itself is tested with a paused node.
-    environ = {
-        **os.environ,
-        "FLASHSALE_GATEWAY_PORT": str(port),
-        "FLASHSALE_REDIS_TIMEOUT_MS": "1000",
-        **env,
-    }
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway"],
-        cwd=PROJECT_ROOT,
-        env=environ,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("gateway did not become ready")
-            time.sleep(0.1)
+    """A gateway on ``port`` for the block; ``env`` (``FLASHSALE_*`` names, see
+    ``settings_env``) on top of the tests' defaults. Yields its base URL."""
+    environ = {**settings_env(gateway_port=port, redis_timeout_ms=REDIS_TIMEOUT_MS), **env}
+    base = f"http://{cfg.gateway_host}:{port}"
+    with process_group([sys.executable, "-m", "gateway"], env=environ) as proc:
+        wait_ready(proc, http_ready(f"{base}/readyz"), READY_TIMEOUT_S, "gateway")
         yield base
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
 
 
 def new_sale(

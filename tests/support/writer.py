@@ -1,26 +1,28 @@
 """Helpers for the writer tests: a dedicated topic pair per test, items made in SQL, orders
-produced by hand, the dead-letter topic read back, database snapshots. No tests here."""
+produced by hand, the dead-letter topic read back, database snapshots; and a writer process for
+the tests that need one beside a gateway. No tests here."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
+import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 import msgspec
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from flashsale.stack.processes import process_group
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings
+from tests.support.kafka import admin_client, create_topics, delete_topics
 from writer import run
 
 PARTITIONS = 4
@@ -47,8 +49,8 @@ class Topics:
 async def topics(cfg: Settings, partitions: int = PARTITIONS) -> AsyncIterator[Topics]:
     tag = uuid.uuid4().hex[:12]
     orders, deadletter = f"test.orders.{tag}", f"test.deadletter.{tag}"
-    admin = AdminClient({"bootstrap.servers": cfg.kafka_bootstrap})
-    await asyncio.to_thread(_create, admin, {orders: partitions, deadletter: 1})
+    admin = admin_client(cfg)
+    await asyncio.to_thread(create_topics, admin, {orders: partitions, deadletter: 1})
     settings = dataclasses.replace(
         cfg,
         orders_topic=orders,
@@ -59,29 +61,15 @@ async def topics(cfg: Settings, partitions: int = PARTITIONS) -> AsyncIterator[T
     try:
         yield Topics(orders, deadletter, settings)
     finally:
-        await asyncio.to_thread(_delete, admin, [orders, deadletter])
+        await asyncio.to_thread(delete_topics, admin, [orders, deadletter])
 
 
-def _create(admin: AdminClient, wanted: dict[str, int]) -> None:
-    futures = admin.create_topics(
-        [NewTopic(name, parts, 1) for name, parts in wanted.items()], operation_timeout=10
-    )
-    for future in futures.values():
-        future.result(timeout=30)
-    # Wait until the broker's metadata lists every partition (creation is asynchronous).
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        listed = admin.list_topics(timeout=5).topics
-        if all(name in listed and len(listed[name].partitions) == n for name, n in wanted.items()):
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"topics {sorted(wanted)} not listed")
-
-
-def _delete(admin: AdminClient, names: list[str]) -> None:
-    for future in admin.delete_topics(names, operation_timeout=10).values():
-        with contextlib.suppress(Exception):  # cleanup only
-            future.result(timeout=30)
+@contextmanager
+def running_writer(env: Mapping[str, str] | None = None) -> Iterator[None]:
+    """A writer process (``python -m writer``, metrics on a free port) for the block, with
+    ``env`` (``FLASHSALE_*``) on top of ours."""
+    with process_group([sys.executable, "-m", "writer", "--metrics-port", "0"], env=env):
+        yield
 
 
 async def make_item(db: asyncpg.Pool, quantity: int, shards: int = PARTITIONS) -> int:
@@ -180,6 +168,14 @@ async def read_all(cfg: Settings, topic: str, expect: int, timeout_s: float = 20
 async def drain(cfg: Settings, **kwargs: Any) -> None:
     """Run an in-process writer until its group has drained the topic."""
     await asyncio.wait_for(run(cfg, metrics_port=None, once=True, **kwargs), DRAIN_TIMEOUT_S)
+
+
+async def until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
+    """Poll ``condition`` until it holds; fail the test past ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
 
 
 async def rows(db: asyncpg.Pool, item: int) -> dict[str, asyncpg.Record]:

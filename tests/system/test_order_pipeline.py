@@ -6,69 +6,42 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import aiohttp
 import asyncpg
 import pytest
 
 from domain.order_lifecycle import PayResult, expire_due, pay
+from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from jobs.expiry import expire_once
 from jobs.reconcile import ItemReport, reconcile
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.settings import Settings
 from shard_router import ShardRouter, shard_keys
+from tests.support.constants import LIFTED_IP_LIMITS, PIPELINE_PORT, QUICK_RELAY
 from tests.support.gateway import new_sale, running_gateway
+from tests.support.stack import paused, server_pid
+from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 5 * 10**14)
-PORT = 18095
 
 
 @pytest.fixture(scope="module")
 def writer_process(live_stack: Settings) -> Iterator[None]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "writer", "--metrics-port", "0"],
-        cwd=PROJECT_ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    yield
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+    with running_writer():
+        yield
 
 
 @pytest.fixture(scope="module")
 def gateway(live_stack: Settings, writer_process: None) -> Iterator[str]:
-    with running_gateway(
-        live_stack,
-        PORT,
-        FLASHSALE_IP_RATE_PER_S="100000000",
-        FLASHSALE_IP_BURST="100000000",
-        FLASHSALE_OUTBOX_RELAY_MIN_AGE_MS="2000",
-        FLASHSALE_OUTBOX_RELAY_INTERVAL_MS="500",
-    ) as base:
+    env = settings_env(**LIFTED_IP_LIMITS, **QUICK_RELAY)
+    with running_gateway(live_stack, PIPELINE_PORT, **env) as base:
         yield base
-
-
-@pytest.fixture
-async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
-    r = ShardRouter(live_stack)
-    await r.start()
-    yield r
-    await r.close()
 
 
 async def _buy_all(
@@ -257,23 +230,15 @@ async def test_pay_racing_expiry_has_exactly_one_winner(
     )
 
 
-def _pid(cfg: Settings, name: str) -> int:
-    return int((cfg.state_dir / "pids" / f"{name}.pid").read_text().split()[0])
-
-
 @pytest.mark.faults
 async def test_kafka_paused_answers_503_and_the_counts_add_up_after(
     gateway: str, live_stack: Settings, db: asyncpg.Pool, router: ShardRouter
 ) -> None:
     item_id = new_sale(gateway, 100, 4)["items"][0]["itemId"]
-    kafka = _pid(live_stack, "kafka")
-    os.kill(kafka, signal.SIGSTOP)
-    try:
+    with paused(server_pid(live_stack, "kafka")):
         answers = await _buy_all(
             gateway, live_stack, item_id, [next(_users) for _ in range(10)], retry_503=False
         )
-    finally:
-        os.kill(kafka, signal.SIGCONT)
     assert {status for _, status, _ in answers} == {503}
     assert all(body["error"] == "UNAVAILABLE" for _, _, body in answers)
     # The holds stayed (outcome unknown): the relay delivers them once Kafka is back.
@@ -288,9 +253,8 @@ async def test_gateway_killed_between_lua_and_kafka_leaves_no_ghost_hold(
 ) -> None:
     item_id = new_sale(gateway, 10, 2)["items"][0]["itemId"]
     user = next(_users)
-    with running_gateway(
-        live_stack, PORT + 1, FLASHSALE_FAILPOINTS="gateway.after_reserve"
-    ) as doomed:
+    doomed_env = settings_env(failpoints=("gateway.after_reserve",))
+    with running_gateway(live_stack, PIPELINE_PORT + 1, **doomed_env) as doomed:
         with pytest.raises(aiohttp.ClientError):
             await _buy_all(doomed, live_stack, item_id, [user])
     # The surviving gateway's outbox relay re-sends the order; the writer stores it.

@@ -7,10 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
-import os
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -21,21 +17,20 @@ import aiohttp
 import asyncpg
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from flashsale.stack.processes import settings_env
 from jobs.expiry import expire_once
 from jobs.voucher_reconcile import reconcile_vouchers
 from kernel.events import VoucherReserved, encode
-from kernel.settings import PROJECT_ROOT, Settings
-from shard_router import ShardRouter, VoucherStore, voucher_keys
-from tests.support.gateway import running_gateway
+from kernel.settings import Settings
+from shard_router import VoucherStore, voucher_keys
+from tests.support.constants import QUICK_RELAY, SHORT_HOLD_PORT, VOUCHER_PORT
+from tests.support.gateway import ADMIN, SERVICE, running_gateway
+from tests.support.kafka import scratch_topics
+from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
-PORT = 18301
-SHORT_HOLD_PORT = 18302
-SERVICE = {"Authorization": "Bearer dev-service-token"}
-ADMIN = {"Authorization": "Bearer dev-admin-token"}
 KINDS = ["flash", "ordinary"]
 Answer = tuple[int, dict[str, Any]]
 
@@ -44,68 +39,44 @@ Answer = tuple[int, dict[str, Any]]
 
 
 @pytest.fixture(scope="module")
-def env(live_stack: Settings) -> Iterator[dict[str, str]]:
+def vcfg(live_stack: Settings) -> Iterator[Settings]:
+    """Settings pointed at this module's own vouchers topic and writer group."""
     tag = uuid.uuid4().hex[:12]
     vouchers, deadletter = f"test.vouchers.{tag}", f"test.deadletter.{tag}"
-    admin = AdminClient({"bootstrap.servers": live_stack.kafka_bootstrap})
-    for future in admin.create_topics(
-        [NewTopic(vouchers, 3, 1), NewTopic(deadletter, 1, 1)], operation_timeout=10
-    ).values():
-        future.result(timeout=30)
-    deadline = time.monotonic() + 30
-    while len(admin.list_topics(vouchers, timeout=5).topics[vouchers].partitions) < 3:
-        assert time.monotonic() < deadline, "vouchers topic not listed"
-        time.sleep(0.05)
-    yield {
-        "FLASHSALE_VOUCHERS_TOPIC": vouchers,
-        "FLASHSALE_DEADLETTER_TOPIC": deadletter,
-        "FLASHSALE_VOUCHER_WRITER_GROUP": f"test-voucher-writer-{tag}",
-        "FLASHSALE_WRITER_STREAMS": "vouchers",
-    }
-    for future in admin.delete_topics([vouchers, deadletter], operation_timeout=10).values():
-        future.exception(timeout=30)  # cleanup only
+    with scratch_topics(live_stack, {vouchers: 3, deadletter: 1}):
+        yield dataclasses.replace(
+            live_stack,
+            vouchers_topic=vouchers,
+            deadletter_topic=deadletter,
+            voucher_writer_group=f"test-voucher-writer-{tag}",
+            writer_streams=("vouchers",),
+        )
 
 
 @pytest.fixture(scope="module")
-def vcfg(live_stack: Settings, env: dict[str, str]) -> Settings:
-    """Settings pointed at this module's vouchers topic and writer group."""
-    return dataclasses.replace(
-        live_stack,
-        vouchers_topic=env["FLASHSALE_VOUCHERS_TOPIC"],
-        voucher_writer_group=env["FLASHSALE_VOUCHER_WRITER_GROUP"],
+def env(vcfg: Settings) -> dict[str, str]:
+    """What points a gateway or a writer process at ``vcfg``'s topics and group."""
+    return settings_env(
+        vouchers_topic=vcfg.vouchers_topic,
+        deadletter_topic=vcfg.deadletter_topic,
+        voucher_writer_group=vcfg.voucher_writer_group,
+        writer_streams=vcfg.writer_streams,
     )
 
 
 @pytest.fixture(scope="module")
 def voucher_writer(env: dict[str, str]) -> Iterator[None]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "writer", "--metrics-port", "0"],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    yield
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(5)
+    with running_writer(env):
+        yield
 
 
-def _gateway_env(env: dict[str, str]) -> dict[str, str]:
-    return {
-        **env,
-        "FLASHSALE_OUTBOX_RELAY_MIN_AGE_MS": "2000",
-        "FLASHSALE_OUTBOX_RELAY_INTERVAL_MS": "500",
-    }
+def _gateway_env(env: dict[str, str], **changes: object) -> dict[str, str]:
+    return {**env, **settings_env(**QUICK_RELAY, **changes)}
 
 
 @pytest.fixture(scope="module")
 def gateway(live_stack: Settings, env: dict[str, str], voucher_writer: None) -> Iterator[str]:
-    with running_gateway(live_stack, PORT, **_gateway_env(env)) as base:
+    with running_gateway(live_stack, VOUCHER_PORT, **_gateway_env(env)) as base:
         yield base
 
 
@@ -113,14 +84,6 @@ def gateway(live_stack: Settings, env: dict[str, str], voucher_writer: None) -> 
 async def http(gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(gateway, connector=aiohttp.TCPConnector(limit=200)) as s:
         yield s
-
-
-@pytest.fixture
-async def store(live_stack: Settings) -> AsyncIterator[VoucherStore]:
-    router = ShardRouter(live_stack)
-    await router.start()
-    yield VoucherStore(router)
-    await router.close()
 
 
 # Helpers.
@@ -230,7 +193,7 @@ async def test_200_customers_race_for_10_uses(
     kind: str,
     http: aiohttp.ClientSession,
     db: asyncpg.Pool,
-    store: VoucherStore,
+    voucher_store: VoucherStore,
     vcfg: Settings,
 ) -> None:
     code = await _create(http, kind, 10)
@@ -251,16 +214,16 @@ async def test_200_customers_race_for_10_uses(
         assert (counters["redis"]["remaining"], counters["redis"]["holds"]) == (0, 10)
 
         async def quiet() -> bool:
-            return (await store.state(code)).outbox == 0
+            return (await voucher_store.state(code)).outbox == 0
 
         await _until(quiet)
-    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert report.drift == 0 and report.used_count == 10
 
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_same_order_id_50_times_at_once_takes_one_use(
-    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore
 ) -> None:
     code = await _create(http, kind, 5)
     order_id = _order_id()
@@ -272,7 +235,7 @@ async def test_the_same_order_id_50_times_at_once_takes_one_use(
     assert await _stored(db, code, 1) == {order_id: "RESERVED"}
     assert await _used(db, code) == 1
     if kind == "flash":
-        assert (await store.state(code)).remaining == 4
+        assert (await voucher_store.state(code)).remaining == 4
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -325,7 +288,7 @@ async def test_expired_not_started_and_below_minimum_are_not_eligible(
 
 @pytest.mark.parametrize("kind", KINDS)
 async def test_reserve_release_release_again_gives_one_use_back(
-    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore
+    kind: str, http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore
 ) -> None:
     code = await _create(http, kind, 1)
     order_id = _order_id()
@@ -337,7 +300,7 @@ async def test_reserve_release_release_again_gives_one_use_back(
     assert await _used(db, code) == 0
     assert await _rows(db, code) == {order_id: "RELEASED"}
     if kind == "flash":
-        state = await store.state(code)
+        state = await voucher_store.state(code)
         assert (state.remaining, state.holds, state.customers) == (1, 0, 0)
     # The released orderId is not taken again; exactly one use came back.
     assert await _reserve(http, code, 1, order_id) == (409, {"error": "RESERVATION_EXPIRED"})
@@ -373,11 +336,11 @@ async def test_confirm_is_idempotent_and_a_confirmed_use_is_spent(
 
 
 async def test_a_flash_use_the_writer_has_not_stored_yet_is_processing(
-    http: aiohttp.ClientSession, store: VoucherStore
+    http: aiohttp.ClientSession, voucher_store: VoucherStore
 ) -> None:
     code = await _create(http, "flash", 2)
     order_id = _order_id()  # a use Redis granted whose event is not in the database yet
-    assert (await store.reserve(code, 5, order_id, 1, b"in flight")).remaining == 1
+    assert (await voucher_store.reserve(code, 5, order_id, 1, b"in flight")).remaining == 1
     try:
         path = f"/vouchers/{code}/reservations/{order_id}"
         for method, suffix in (("POST", "/confirm"), ("DELETE", "")):
@@ -385,21 +348,21 @@ async def test_a_flash_use_the_writer_has_not_stored_yet_is_processing(
             assert (status, answer) == (409, {"error": "RESERVATION_PROCESSING"})
             assert headers["Retry-After"] == "1"
     finally:
-        await store.router.client.hdel(voucher_keys(code).outbox, order_id)
-        assert await store.release(code, order_id, ended=False)
+        await voucher_store.router.client.hdel(voucher_keys(code).outbox, order_id)
+        assert await voucher_store.release(code, order_id, ended=False)
 
 
 @pytest.fixture
 def short_hold_gateway(
     live_stack: Settings, env: dict[str, str], voucher_writer: None
 ) -> Iterator[str]:
-    gateway_env = _gateway_env(env) | {"FLASHSALE_VOUCHER_HOLD_SECONDS": "3"}
+    gateway_env = _gateway_env(env, voucher_hold_seconds=3)
     with running_gateway(live_stack, SHORT_HOLD_PORT, **gateway_env) as base:
         yield base
 
 
 async def test_unconfirmed_reservations_expire_once_and_come_back(
-    short_hold_gateway: str, db: asyncpg.Pool, store: VoucherStore
+    short_hold_gateway: str, db: asyncpg.Pool, voucher_store: VoucherStore
 ) -> None:
     async with aiohttp.ClientSession(short_hold_gateway) as http:
         # The writer first joins its group: wait for one stored use before the 3 s hold counts.
@@ -426,7 +389,8 @@ async def test_unconfirmed_reservations_expire_once_and_come_back(
 
         await _until(all_due)
         # Two expiry jobs at once: every due reservation ends once, and its use comes back once.
-        expired = await asyncio.gather(expire_once(db, store.router), expire_once(db, store.router))
+        router = voucher_store.router
+        expired = await asyncio.gather(expire_once(db, router), expire_once(db, router))
         assert sum(expired) >= 4
 
         for kind, code in codes.items():
@@ -434,7 +398,7 @@ async def test_unconfirmed_reservations_expire_once_and_come_back(
             assert sorted(statuses.values()) == ["CONFIRMED", "EXPIRED", "EXPIRED"], kind
             assert await _used(db, code) == 1
             if kind == "flash":
-                state = await store.state(code)
+                state = await voucher_store.state(code)
                 assert (state.remaining, state.holds, state.customers) == (2, 1, 1)
             late = taken[kind][1][1]
             confirm = f"/vouchers/{code}/reservations/{late}/confirm"
@@ -445,18 +409,18 @@ async def test_unconfirmed_reservations_expire_once_and_come_back(
             # The two uses are back, and only two.
             again = [await _reserve(http, code, c, _order_id()) for c in (4, 5, 6)]
             assert [s for s, _ in again] == [201, 201, 409], kind
-        assert await expire_once(db, store.router) >= 0
+        assert await expire_once(db, voucher_store.router) >= 0
 
 
 # The database is the last guard.
 
 
 async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
-    http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore, vcfg: Settings
+    http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
 ) -> None:
     code = await _create(http, "flash", 2)
     granted = [(f"ord-{uuid.uuid4().hex}", customer) for customer in (1, 2, 3)]
-    await store.load(code, 0, granted, [])  # a Redis that (after a failover) granted three
+    await voucher_store.load(code, 0, granted, [])  # a Redis that (after a failover) granted three
     now_ms = int(time.time() * 1000)
     events = [
         VoucherReserved(o, code, c, 500_000, 100_000, now_ms, now_ms + 900_000) for o, c in granted
@@ -484,20 +448,20 @@ async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
     assert (await _call(http, "POST", confirm))[:2] == (409, {"error": "RESERVATION_FAILED"})
 
     async def given_back() -> bool:
-        return refused not in await store.holds(code)
+        return refused not in await voucher_store.holds(code)
 
     await _until(given_back)
     # Reconciliation sees the use Redis invented; arming from the database repairs it.
-    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert report.use_drift == -1 and report.drift > 0
     status, armed, _ = await _call(http, "POST", f"/admin/vouchers/{code}/arm", headers=ADMIN)
     assert (status, armed["remaining"], armed["held"]) == (200, 0, 2)
-    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert report.drift == 0
 
 
 async def test_reconciliation_finds_lost_and_stale_holds_and_fix_releases_stale(
-    http: aiohttp.ClientSession, db: asyncpg.Pool, store: VoucherStore, vcfg: Settings
+    http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
 ) -> None:
     code = await _create(http, "flash", 5)
     order_ids = [_order_id() for _ in range(3)]
@@ -506,14 +470,14 @@ async def test_reconciliation_finds_lost_and_stale_holds_and_fix_releases_stale(
     await _stored(db, code, 3)
     keys = voucher_keys(code)
     # A hold lost by a failover, and one the database ended without Redis hearing of it.
-    await store.router.client.hdel(keys.holds, order_ids[0])
+    await voucher_store.router.client.hdel(keys.holds, order_ids[0])
     await db.execute(
         "update voucher_redemption set status = 'RELEASED' where order_id = $1", order_ids[1]
     )
     await db.execute("update voucher set used_count = used_count - 1 where code = $1", code)
-    [report] = await reconcile_vouchers(vcfg, db, store, [code])
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert (report.lost, len(report.stale)) == (1, 1)
-    [report] = await reconcile_vouchers(vcfg, db, store, [code], fix=True)
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code], fix=True)
     assert (report.lost, len(report.stale)) == (1, 0)
     assert report.remaining == 3  # the stale hold's use is back
 
@@ -617,22 +581,23 @@ async def test_a_gateway_killed_between_redis_and_kafka_leaves_no_ghost_hold(
     gateway: str,
     http: aiohttp.ClientSession,
     db: asyncpg.Pool,
-    store: VoucherStore,
+    voucher_store: VoucherStore,
 ) -> None:
     """The use is in Redis with its outbox entry; the surviving gateway's relay sends it."""
     code = await _create(http, "flash", 3)
     order_id = _order_id()
-    doomed_env = _gateway_env(env) | {"FLASHSALE_FAILPOINTS": "gateway.after_voucher_reserve"}
+    doomed_env = _gateway_env(env, failpoints=("gateway.after_voucher_reserve",))
     with running_gateway(live_stack, SHORT_HOLD_PORT, **doomed_env) as doomed:
         async with aiohttp.ClientSession(doomed) as other:
             with pytest.raises(aiohttp.ClientError):
                 await _reserve(other, code, 9, order_id)
-    assert await store.holds_order(code, order_id)  # taken; Kafka never saw it from that one
+    # Taken; Kafka never saw it from that one.
+    assert await voucher_store.holds_order(code, order_id)
     assert await _stored(db, code, 1) == {order_id: "RESERVED"}
     assert await _used(db, code) == 1
 
     async def acked() -> bool:
-        return await store.outbox(code) == {}
+        return await voucher_store.outbox(code) == {}
 
     await _until(acked)
     # The caller's retry gets the first answer; the use is not taken twice.
@@ -640,4 +605,4 @@ async def test_a_gateway_killed_between_redis_and_kafka_leaves_no_ghost_hold(
         201,
         {"orderId": order_id, "discountAmount": 100_000},
     )
-    assert (await store.state(code)).remaining == 2
+    assert (await voucher_store.state(code)).remaining == 2

@@ -129,8 +129,8 @@ def capacity_model(res: Results) -> list[str]:
     out = [
         "## Capacity model",
         "",
-        "The planner (`loadtest/plan.py`, model in `loadtest/capacity.py`) turns the figures of",
-        "the latest run of each section into a fleet:",
+        "The planner (`loadtest/capacity/plan.py`, model in `loadtest/capacity/model.py`) turns",
+        "the figures of the latest run of each section into a fleet:",
         "",
         model.strip(),
         "",

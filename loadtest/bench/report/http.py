@@ -120,8 +120,9 @@ def open_loop(sec: Section | None) -> list[str]:
         "## Latency at a fixed offered rate (open loop)",
         "",
         *provenance(sec),
-        "`loadtest/openloop.py`: requests are due at a fixed rate whatever the server does; each",
-        "latency is measured from the request's intended send time (no coordinated omission).",
+        "`loadtest/generators/openloop.py`: requests are due at a fixed rate whatever the server",
+        "does; each latency is measured from the request's intended send time (no coordinated",
+        "omission).",
         f"{s['open_connections']} keep-alive connections, {s['open_warmup_s']:g} s unrecorded",
         "warm-up. Offered rates are fractions of the gateway's median closed-loop req/s"
         f" ({s['max_basis']}); the baselines are offered the same rate. The generator is Python"

@@ -200,7 +200,7 @@ def loadgen(sec: Section | None, closed: Section | None) -> list[str]:
     rows = []
     for tool, label in (
         ("locust", f"Locust, 1 process, {s['locust_users']} FastHttpUsers"),
-        ("openloop", f"`loadtest/openloop.py`, offered {rate(s['openloop_offered'])}/s"),
+        ("openloop", f"`loadtest/generators/openloop.py`, offered {rate(s['openloop_offered'])}/s"),
     ):
         mine = select(runs, "loadgen", "ceiling", tool)
         vs_wrk = summarize(r["metrics"]["rps"] / wrk.median for r in mine if wrk and r["metrics"])

@@ -3,29 +3,16 @@
 -- Usage: wrk -t <n> -s post_tokens.lua <url> -- <token file> <first line> <line count> <n>
 -- Thread i of n takes lines first + i, first + i + n, ... (disjoint slices); it wraps around
 -- (and reuses tokens) only when its slice runs out, which shows up as 409s in the status errors.
-local counter = 0
+package.path = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "?.lua;" .. package.path
+local common = require("common")
 
-function setup(thread)
-  thread:set("id", counter)
-  counter = counter + 1
-end
+setup = common.number
 
 local tokens = {}
 local next_index = 1
 
 function init(args)
-  local path, first, count = args[1], tonumber(args[2]), tonumber(args[3])
-  local step = tonumber(args[4] or 1)
-  local id = tonumber(wrk.thread:get("id"))
-  local line_no = 0
-  for line in io.lines(path) do
-    if line_no >= first + count then break end
-    if line_no >= first and (line_no - first) % step == id then
-      tokens[#tokens + 1] = "Bearer " .. line
-    end
-    line_no = line_no + 1
-  end
-  if #tokens == 0 then error("no tokens in " .. path) end
+  tokens = common.load_tokens(args)
 end
 
 function request()
@@ -36,12 +23,5 @@ function request()
 end
 
 function done(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format(
-    'WRK_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect_errors":%d,'
-      .. '"read_errors":%d,"write_errors":%d,"status_errors":%d,"timeouts":%d,'
-      .. '"p50_us":%d,"p90_us":%d,"p99_us":%d,"p999_us":%d,"max_us":%d,"mean_us":%.1f}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
-    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency:percentile(99.9), latency.max, latency.mean))
+  common.write_summary(summary, latency)
 end

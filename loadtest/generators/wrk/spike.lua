@@ -7,6 +7,8 @@
 -- wrk calls thread 0's request() once before the run to check what it returns
 -- (script_verify_request): that call gets a health check, so it costs no buyer.
 -- Usage: wrk -t <n> -d <upper bound> -s spike.lua <url> -- <token file> <first line> <count> <n>
+package.path = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./") .. "?.lua;" .. package.path
+local common = require("common")
 local ffi = require("ffi")
 ffi.cdef [[
 typedef struct { long tv_sec; long tv_nsec; } spike_timespec;
@@ -21,11 +23,9 @@ local function now_us()
 end
 
 local threads = {}
-local counter = 0
 
 function setup(thread)
-  thread:set("id", counter)
-  counter = counter + 1
+  common.number(thread)
   table.insert(threads, thread)
 end
 
@@ -40,21 +40,10 @@ first_request_us, last_response_us, first_202_us, last_202_us = 0, 0, 0, 0
 buyers = 0
 
 function init(args)
-  local path, first, count = args[1], tonumber(args[2]), tonumber(args[3])
-  local step = tonumber(args[4] or 1)
-  local id = tonumber(wrk.thread:get("id"))
-  local line_no = 0
-  for line in io.lines(path) do
-    if line_no >= first + count then break end
-    if line_no >= first and (line_no - first) % step == id then
-      tokens[#tokens + 1] = "Bearer " .. line
-    end
-    line_no = line_no + 1
-  end
-  if #tokens == 0 then error("no tokens in " .. path) end
+  tokens = common.load_tokens(args)
   buyers = #tokens
   extra = wrk.format("GET", "/healthz", {["Content-Length"] = "0"}, nil)
-  verifying = id == 0
+  verifying = tonumber(wrk.thread:get("id")) == 0
 end
 
 function request()
@@ -109,17 +98,10 @@ function done(summary, latency, requests)
   end
   if first_req == math.huge then first_req = 0 end
   if first_202 == math.huge then first_202 = 0 end
-  local e = summary.errors
-  io.write(string.format(
-    'WRK_JSON {"requests":%d,"duration_us":%d,"bytes":%d,"connect_errors":%d,'
-      .. '"read_errors":%d,"write_errors":%d,"status_errors":%d,"timeouts":%d,'
-      .. '"p50_us":%d,"p90_us":%d,"p99_us":%d,"p999_us":%d,"max_us":%d,"mean_us":%.1f,'
-      .. '"answered":%d,"extra_200":%d,"s202":%d,"s409":%d,"s410":%d,"s429":%d,"s503":%d,'
+  common.write_summary(summary, latency,
+    ',"answered":%d,"extra_200":%d,"s202":%d,"s409":%d,"s410":%d,"s429":%d,"s503":%d,'
       .. '"sother":%d,"buyers":%d,"first_request_us":%d,"last_response_us":%d,'
-      .. '"first_202_us":%d,"last_202_us":%d}\n',
-    summary.requests, summary.duration, summary.bytes, e.connect, e.read, e.write, e.status,
-    e.timeout, latency:percentile(50), latency:percentile(90), latency:percentile(99),
-    latency:percentile(99.9), latency.max, latency.mean, sums.answered, sums.c200, sums.c202,
-    sums.c409, sums.c410, sums.c429, sums.c503, sums.cother, sums.buyers, first_req, last_resp,
-    first_202, last_202))
+      .. '"first_202_us":%d,"last_202_us":%d',
+    sums.answered, sums.c200, sums.c202, sums.c409, sums.c410, sums.c429, sums.c503,
+    sums.cother, sums.buyers, first_req, last_resp, first_202, last_202)
 end

@@ -1,0 +1,19 @@
+"""The test suite's own fixed values, in one place: the loopback ports its gateways listen on and
+the settings its gateways run with. Tokens, secrets and the stack's addresses come from
+``Settings`` (the ``cfg`` and ``live_stack`` fixtures), never from literals."""
+
+from __future__ import annotations
+
+# Each module that starts gateways has ports of its own, so modules never meet on one.
+PURCHASE_HTTP_PORT = 18089  # tests/gateway/test_purchase_http.py
+PIPELINE_PORT = 18095  # tests/system/test_order_pipeline.py (and +1 for its doomed gateway)
+VOUCHER_PORT = 18301  # tests/system/test_vouchers.py
+SHORT_HOLD_PORT = 18302  # tests/system/test_vouchers.py: a 3 s hold, and the doomed gateway
+
+# Tests share 2 cores with Redis, Kafka, PostgreSQL and the writer: a 250 ms Redis deadline
+# would turn scheduling hiccups into 503s. The deadline itself is tested with a paused node.
+REDIS_TIMEOUT_MS = 1000
+# Every test buyer comes from 127.0.0.1: the per-IP bucket must not stop a crowd of them.
+LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
+# An outbox relay quick enough that a test sees a lost Kafka send re-sent within seconds.
+QUICK_RELAY = {"outbox_relay_min_age_ms": 2000, "outbox_relay_interval_ms": 500}
