@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 
 from granian.constants import Interfaces, Loops
+from granian.log import LogLevels
 from granian.server import Server
 
+from kernel import logs
 from kernel.settings import settings
 
 
@@ -25,6 +27,8 @@ def main() -> None:
         interface=Interfaces.ASGI,
         loop=Loops.uvloop,
         log_access=False,
+        log_level=LogLevels(cfg.log_level.lower()),
+        log_dictconfig=logs.config(cfg),  # granian's lines and the app's, in one format
         backlog=4096,
     ).serve()
 

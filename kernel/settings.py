@@ -43,6 +43,17 @@ class Settings:
     pg_port: int = 54329
     kafka_controller_port: int = 19093
     kafka_heap: str = "512m"
+    # The replicated stack (issue 18; flashsale/stack/kafka.py, redis_cluster.py). Kafka runs 3
+    # brokers (replication factor 3, min.insync.replicas 2) as production does, or 1 for a quick
+    # local run. Broker n listens on the port of kafka_bootstrap's first address + 2(n-1), its
+    # controller on kafka_controller_port + 2(n-1); kafka_bootstrap may list all of them.
+    kafka_brokers: int = 3
+    # A broker silent this long is fenced and its partitions' leadership moves (Kafka: 9 s).
+    kafka_session_timeout_ms: int = 3000
+    # How long a Redis primary may be unreachable before its replica takes over, and how stale
+    # (in node timeouts) a replica may be and still do so; measured by loadtest/bench/failover.py.
+    redis_node_timeout_ms: int = 3000
+    redis_replica_validity_factor: int = 10
 
     # Kafka topics and their partition counts (created explicitly, never auto-created).
     orders_topic: str = "flashsale.orders"
@@ -58,6 +69,14 @@ class Settings:
     jwt_leeway_seconds: int = 5
     admin_token: str = "dev-admin-token"  # noqa: S105 - local stack
     service_token: str = "dev-service-token"  # noqa: S105 - local stack
+    # Where this runs. The three secrets above are public: only "local" (the stack `flashsale
+    # stack up` starts, with the demo, tests and load tests that the project starts on it) may
+    # keep them; any other value makes a gateway refuse to start with them (gateway/auth.py).
+    env: str = "production"
+    jwt_audience: str = ""  # when set, a buyer token's `aud` must name it
+    jwt_issuer: str = ""  # when set, a buyer token's `iss` must be it
+    # Verified tokens remembered (LRU), ~0.5 KB each: a spike's buyers verify once, not per click.
+    jwt_cache_size: int = 100_000
 
     # Gateway.
     gateway_host: str = "127.0.0.1"
@@ -70,6 +89,11 @@ class Settings:
     # broker's CPU per order fell from ~49 to ~30 µs and librdkafka's thread's from ~22 to
     # ~12 µs (one gateway, 6 s runs); 5 ms keeps most of that for ~3 ms more on the 202.
     kafka_linger_ms: int = 5
+    # The producer reads librdkafka's broker states this often; while fewer brokers than
+    # kafka_min_brokers_up are connected, a purchase answers 503 before it takes a unit (a send
+    # would only wait out kafka_timeout_ms with the unit held). Set it to min.insync.replicas.
+    kafka_stats_interval_ms: int = 250
+    kafka_min_brokers_up: int = 1
     inflight_cap: int = 4096
     # Young-generation GC threshold of a gateway process (CPython's default is 700), see app.py.
     gc_gen0_threshold: int = 20_000
@@ -98,6 +122,9 @@ class Settings:
     metrics_host: str = "127.0.0.1"  # where the writer's /metrics listens
     expiry_interval_ms: int = 1000
     voucher_hold_seconds: int = 900
+
+    # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
+    log_level: str = "INFO"
 
     # Named failpoints armed for tests (comma separated), inert otherwise.
     failpoints: tuple[str, ...] = ()

@@ -1,27 +1,35 @@
-"""The order writer: batches of OrderPlaced events from Kafka into PostgreSQL, one transaction
-per batch, idempotent by orderId; refused orders and poison go to the dead-letter topic."""
+"""The writer: batches of events from Kafka into PostgreSQL, one transaction per batch, idempotent
+by orderId, one loop per stream (OrderPlaced from the orders topic, VoucherReserved from the
+vouchers topic); refused rows and poison go to the dead-letter topic."""
 
 from writer.app import main, run
-from writer.batch import Batch, DeadLetter, Order, Record, parse
-from writer.consumer import OrderWriter, WriterStats
+from writer.batch import Batch, DeadLetter, Record, parse
+from writer.consumer import StreamWriter, WriterStats
 from writer.errors import RetriesExhausted, WriterError
 from writer.metrics import METRICS_PORT
-from writer.sink import Decision, Fate, Sink, SinkResult
+from writer.orders import ORDERS, Order
+from writer.sink import Sink, Written
+from writer.stream import Decision, Fate, Stream
+from writer.vouchers import VOUCHERS, Redemption
 
 __all__ = [
     "METRICS_PORT",
+    "ORDERS",
+    "VOUCHERS",
     "Batch",
     "DeadLetter",
     "Decision",
     "Fate",
     "Order",
-    "OrderWriter",
     "Record",
+    "Redemption",
     "RetriesExhausted",
     "Sink",
-    "SinkResult",
+    "Stream",
+    "StreamWriter",
     "WriterError",
     "WriterStats",
+    "Written",
     "main",
     "parse",
     "run",

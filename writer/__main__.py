@@ -1,9 +1,9 @@
-"""``python -m writer``: one batched Kafka -> PostgreSQL order writer (uvloop)."""
+"""``python -m writer``: one batched Kafka -> PostgreSQL writer of orders and flash voucher uses
+(uvloop), logging to stderr (kernel/logs.py)."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
 from kernel.settings import settings
@@ -24,7 +24,6 @@ def cli() -> int:
         "-1 serves none)",
     )
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     port = None if args.metrics_port < 0 else args.metrics_port
     return main(cfg, once=args.once, metrics_port=port)
 

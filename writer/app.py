@@ -1,4 +1,4 @@
-"""Wires one writer process: settings in, running OrderWriters out (one per stream of
+"""Wires one writer process: settings in, running StreamWriters out (one per stream of
 ``writer_streams``: the orders topic, the vouchers topic), everything closed after."""
 
 from __future__ import annotations
@@ -13,16 +13,21 @@ from typing import Any
 import asyncpg
 import uvloop
 
+from kernel import logs
 from kernel.settings import Settings
 from shard_router import ShardRouter
 from writer import metrics
-from writer.consumer import OrderWriter, WriterStats
+from writer.batch import E
+from writer.consumer import StreamWriter, WriterStats
 from writer.deadletter import DeadLetterProducer
 from writer.errors import WriterError
 from writer.metrics import METRICS_PORT
+from writer.orders import ORDERS
 from writer.retry import Backoff, redis_retriable, retrying
 from writer.sink import Sink
-from writer.source import OrderSource
+from writer.source import EventSource
+from writer.stream import Stream
+from writer.vouchers import VOUCHERS
 
 log = logging.getLogger(__name__)
 
@@ -68,25 +73,22 @@ async def run(
         resources.push_async_callback(_close_pool, pool)
         deadletter = DeadLetterProducer(cfg)
         resources.push_async_callback(asyncio.to_thread, deadletter.close)
-        writers: list[OrderWriter] = []
-        if "orders" in cfg.writer_streams:
-            source = OrderSource(cfg)
+
+        def writer(
+            stream: Stream[E, Any], topic: str, group: str, stats: WriterStats | None = None
+        ) -> StreamWriter[E]:
+            source = EventSource(cfg, topic, group)
             resources.push_async_callback(source.close)
-            writers.append(
-                OrderWriter(source, Sink(pool), deadletter, router, backoff=backoff, stats=stats)
-            )
-            log.info("writer: %s -> PostgreSQL, group %s", cfg.orders_topic, cfg.writer_group)
-        if "vouchers" in cfg.writer_streams:
-            topic, group = cfg.vouchers_topic, cfg.voucher_writer_group
-            vouchers = OrderSource(cfg, topic, group)
-            resources.push_async_callback(vouchers.close)
-            writers.append(
-                OrderWriter(
-                    vouchers, Sink(pool), deadletter, router, backoff=backoff, vouchers_topic=topic
-                )
-            )
             log.info("writer: %s -> PostgreSQL, group %s", topic, group)
-        await _all_or_none([writer.run(stop, once=once) for writer in writers])
+            sink = Sink(pool, stream)
+            return StreamWriter(source, sink, deadletter, router, backoff=backoff, stats=stats)
+
+        writers: list[StreamWriter[Any]] = []
+        if "orders" in cfg.writer_streams:
+            writers.append(writer(ORDERS, cfg.orders_topic, cfg.writer_group, stats))
+        if "vouchers" in cfg.writer_streams:
+            writers.append(writer(VOUCHERS, cfg.vouchers_topic, cfg.voucher_writer_group))
+        await _all_or_none([w.run(stop, once=once) for w in writers])
 
 
 async def _all_or_none(loops: list[Coroutine[Any, Any, None]]) -> None:
@@ -113,7 +115,9 @@ async def _close_pool(pool: asyncpg.Pool) -> None:
 
 
 def main(cfg: Settings, once: bool = False, *, metrics_port: int | None = METRICS_PORT) -> int:
-    """Run a writer on uvloop until SIGINT/SIGTERM (or drained, with ``once``); exit status."""
+    """Run a writer on uvloop until SIGINT/SIGTERM (or drained, with ``once``); exit status.
+    The entry point of ``python -m writer`` and ``flashsale writer``: logging is set up here."""
+    logs.setup(cfg)
 
     async def serve() -> None:
         stop = asyncio.Event()

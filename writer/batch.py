@@ -1,5 +1,5 @@
-"""Pure: turn one batch of Kafka records into orders (and, from the vouchers topic, flash voucher
-uses) to store and records to dead-letter.
+"""Pure: turn one batch of Kafka records into the rows one stream stores (orders, or flash voucher
+uses: writer/orders.py, writer/vouchers.py) and records to dead-letter.
 
 Everything PostgreSQL would refuse for its shape (a non-UUID id, an integer out of its column's
 range, a timestamp no datetime can hold) is caught here, so one bad message can never make the
@@ -8,18 +8,17 @@ whole batch's transaction fail forever.
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from domain.vouchers import valid_code, valid_order_id
-from kernel.events import OrderPlaced, VoucherReserved, decode
+from kernel.events import Event, decode
 
-_BIGINT = (-(2**63), 2**63 - 1)
-_SMALLINT = (0, 2**15 - 1)
+BIGINT = (-(2**63), 2**63 - 1)
+SMALLINT = (0, 2**15 - 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,25 +32,34 @@ class Record:
     value: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class Order:
-    """A valid OrderPlaced with its columns already converted."""
-
-    record: Record
-    event: OrderPlaced
-    id: uuid.UUID
-    created_at: datetime
-    expires_at: datetime
+E = TypeVar("E", bound=Event)  # OrderPlaced, VoucherReserved
 
 
 @dataclass(frozen=True, slots=True)
-class Redemption:
-    """A valid VoucherReserved (a flash voucher use Redis granted) with its columns converted."""
+class Row(Generic[E]):
+    """A valid event with its columns converted: first the three the sink decides by."""
 
     record: Record
-    event: VoucherReserved
-    reserved_at: datetime
-    expires_at: datetime
+    event: E
+    key: Hashable  # the orderId as its table stores it
+    target: int | str  # what it is counted against: an item, a voucher
+    buyer: int
+    rest: tuple[Any, ...]  # its other columns, in its Schema's order
+
+    @property
+    def order_id(self) -> str:
+        return self.event.order_id
+
+
+class RowKind(Protocol[E]):
+    """How one stream turns an event into its row."""
+
+    @property
+    def noun(self) -> str: ...  # "order", "voucher use"
+
+    def row(self, record: Record, event: Event) -> Row[E] | None:
+        """None for an event of the other stream; raises InvalidEvent."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,22 +73,20 @@ class DeadLetter:
 
 
 @dataclass(frozen=True, slots=True)
-class Batch:
-    orders: list[Order]
+class Batch(Generic[E]):
+    rows: list[Row[E]]
     dead_letters: list[DeadLetter]
     # (topic, partition) -> the offset to commit: the last offset seen + 1.
     offsets: dict[tuple[str, int], int]
-    redemptions: list[Redemption] = field(default_factory=list)
 
 
-class InvalidOrder(ValueError):
+class InvalidEvent(ValueError):
     pass
 
 
-def parse(records: Sequence[Record], vouchers_topic: str | None = None) -> Batch:
-    """Orders from any topic but ``vouchers_topic``; voucher uses from that topic only."""
-    orders: list[Order] = []
-    redemptions: list[Redemption] = []
+def parse(records: Sequence[Record], kind: RowKind[E]) -> Batch[E]:
+    """The rows of ``kind``; every other event, poison and invalid ones are dead letters."""
+    rows: list[Row[E]] = []
     dead_letters: list[DeadLetter] = []
     offsets: dict[tuple[str, int], int] = {}
     for record in records:
@@ -91,66 +97,26 @@ def parse(records: Sequence[Record], vouchers_topic: str | None = None) -> Batch
         except msgspec.MsgspecError as exc:
             dead_letters.append(DeadLetter(record, "poison", f"undecodable: {exc}"))
             continue
-        from_vouchers = record.topic == vouchers_topic
-        if isinstance(event, VoucherReserved) and from_vouchers:
-            try:
-                redemptions.append(to_redemption(record, event))
-            except InvalidOrder as exc:
-                reason = f"invalid voucher use: {exc}"
-                dead_letters.append(DeadLetter(record, "invalid", reason))
+        try:
+            row = kind.row(record, event)
+        except InvalidEvent as exc:
+            dead_letters.append(DeadLetter(record, "invalid", f"invalid {kind.noun}: {exc}"))
             continue
-        if not isinstance(event, OrderPlaced) or from_vouchers:
+        if row is None:
             tag = type(event).__struct_config__.tag
             dead_letters.append(DeadLetter(record, "unsupported", f"unsupported event type: {tag}"))
-            continue
-        try:
-            orders.append(to_order(record, event))
-        except InvalidOrder as exc:
-            dead_letters.append(DeadLetter(record, "invalid", f"invalid order: {exc}"))
-    return Batch(orders, dead_letters, offsets, redemptions)
+        else:
+            rows.append(row)
+    return Batch(rows, dead_letters, offsets)
 
 
-def to_order(record: Record, event: OrderPlaced) -> Order:
-    try:
-        order_id = uuid.UUID(event.order_id)
-    except ValueError:
-        raise InvalidOrder(f"order_id {event.order_id!r} is not a UUID") from None
-    _in_range("item_id", event.item_id, 1, _BIGINT[1])
-    _in_range("user_id", event.user_id, *_BIGINT)
-    _in_range("shard", event.shard, *_SMALLINT)
-    _in_range("home_shard", event.home_shard, *_SMALLINT)
-    return Order(
-        record,
-        event,
-        order_id,
-        _timestamp("created_at_ms", event.created_at_ms),
-        _timestamp("expires_at_ms", event.expires_at_ms),
-    )
-
-
-def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
-    if not valid_order_id(event.order_id):
-        raise InvalidOrder(f"order_id {event.order_id!r} is not a valid order id")
-    if not valid_code(event.code):
-        raise InvalidOrder(f"code {event.code!r} is not a valid voucher code")
-    _in_range("customer_id", event.customer_id, 1, _BIGINT[1])
-    _in_range("order_amount", event.order_amount, 0, _BIGINT[1])
-    _in_range("discount_amount", event.discount_amount, 1, _BIGINT[1])
-    return Redemption(
-        record,
-        event,
-        _timestamp("reserved_at_ms", event.reserved_at_ms),
-        _timestamp("expires_at_ms", event.expires_at_ms),
-    )
-
-
-def _in_range(name: str, value: int, low: int, high: int) -> None:
+def in_range(name: str, value: int, low: int, high: int) -> None:
     if not low <= value <= high:
-        raise InvalidOrder(f"{name} {value} is outside [{low}, {high}]")
+        raise InvalidEvent(f"{name} {value} is outside [{low}, {high}]")
 
 
-def _timestamp(name: str, ms: int) -> datetime:
+def timestamp(name: str, ms: int) -> datetime:
     try:
         return datetime.fromtimestamp(ms / 1000, tz=UTC)
     except (OverflowError, OSError, ValueError):
-        raise InvalidOrder(f"{name} {ms} is not a representable time") from None
+        raise InvalidEvent(f"{name} {ms} is not a representable time") from None

@@ -1,16 +1,16 @@
-"""The writer's loop: poll a batch, store it, dead-letter, give units back, commit offsets.
-One loop per topic: the orders topic, and the vouchers topic (flash voucher uses, whose refused
-holds go back and whose outbox entries are dropped in step 4 the same way).
+"""The writer's loop: poll a batch, store it, dead-letter, give holds back, commit offsets.
+One loop per stream (writer/stream.py): the orders topic, and the vouchers topic (flash voucher
+uses, whose refused holds go back and whose outbox entries are dropped in step 4 the same way).
 
 Per batch, strictly in this order (a crash between any two steps redelivers the whole batch, and
 every step is idempotent, so the outcome equals one clean pass):
 
 1. parse: decode and validate (pure); poison and unsupported events become dead letters;
 2. store: one PostgreSQL transaction (writer/sink.py), retried with bounded backoff;
-3. dead-letter: refused orders and poison, flushed and acknowledged;
-4. Redis: release the unit of every refused order (also of one refused by an earlier pass: a
-   crash may have come between its commit and its release), and drop stored orders from their
-   shard's outbox;
+3. dead-letter: refused rows and poison, flushed and acknowledged;
+4. Redis: release the hold of every refused row (also of one refused by an earlier pass: a
+   crash may have come between its commit and its release), and drop stored rows from their
+   outbox;
 5. commit the batch's Kafka offsets, synchronously.
 
 A step that keeps failing past its budget raises RetriesExhausted and the writer stops without
@@ -23,54 +23,60 @@ import asyncio
 import logging
 import time
 from collections import Counter, defaultdict
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Generic
 
 from kernel.failpoints import failpoint
-from shard_router import ShardRouter, VoucherStore
+from shard_router import ShardRouter
 from writer import metrics
-from writer.batch import DeadLetter, Order, Record, Redemption, parse
+from writer.batch import DeadLetter, E, Record, Row, parse
 from writer.deadletter import DeadLetterProducer
 from writer.errors import DeadLetterUndelivered
 from writer.retry import Backoff, db_rejected, db_retriable, never, redis_retriable, retrying
-from writer.sink import Decision, Fate, Sink, SinkResult
-from writer.source import OrderSource
-from writer.voucher_sink import RELEASED_FATES, VoucherDecision, VoucherFate
+from writer.sink import Sink, Written
+from writer.source import EventSource
+from writer.stream import RELEASED, Decision, Fate, Locked, Stream
 
 log = logging.getLogger(__name__)
+
+_DEAD_LETTER_KINDS = {
+    Fate.REFUSED: "refused",
+    Fate.FAILED_BEFORE: "refused",
+    Fate.CONFLICT: "refused",
+    Fate.UNKNOWN_ITEM: "unknown_item",
+    Fate.UNKNOWN_VOUCHER: "unknown_voucher",
+}
 
 
 @dataclass(slots=True)
 class WriterStats:
-    """What one writer did; the benchmark reads it."""
+    """What one writer loop did; the benchmark reads it."""
 
     batches: int = 0
     messages: int = 0
-    orders: dict[str, int] = field(default_factory=dict)  # by fate
-    vouchers: dict[str, int] = field(default_factory=dict)  # voucher uses, by fate
+    fates: dict[str, int] = field(default_factory=dict)  # rows, by fate
     dead_letters: int = 0
     first_batch_at: float | None = None  # time.monotonic()
     last_commit_at: float | None = None
 
 
-class OrderWriter:
+class StreamWriter(Generic[E]):
     def __init__(
         self,
-        source: OrderSource,
-        sink: Sink,
+        source: EventSource,
+        sink: Sink[E],
         deadletter: DeadLetterProducer,
         router: ShardRouter,
         *,
         backoff: Backoff | None = None,
         stats: WriterStats | None = None,
-        vouchers_topic: str | None = None,
     ) -> None:
         self.source = source
         self.sink = sink
+        self.stream: Stream[E, Any] = sink.stream  # one stream per loop: the sink's
         self.deadletter = deadletter
         self.router = router
-        self.vouchers = VoucherStore(router)
-        self.vouchers_topic = vouchers_topic  # voucher uses are taken from this topic only
         self.backoff = backoff or Backoff()
         self.stats = stats or WriterStats()
 
@@ -88,57 +94,45 @@ class OrderWriter:
         if self.stats.first_batch_at is None:
             self.stats.first_batch_at = time.monotonic()
         metrics.BATCH_SIZE.observe(len(records))
-        batch = parse(records, self.vouchers_topic)
-        result, rejected = await self._store(batch.orders, batch.redemptions)
-        if batch.orders:
-            failpoint("writer.after_commit")
-        if batch.redemptions:
-            failpoint("writer.vouchers.after_commit")
-        letters = batch.dead_letters + rejected + _dead_letters(result)
+        batch = parse(records, self.stream)
+        written, rejected = await self._store(batch.rows)
+        if batch.rows:
+            failpoint(f"{self.stream.failpoints}.after_commit")
+        letters = batch.dead_letters + rejected + _dead_letters(written)
         await self._dead_letter(letters)
-        await self._settle_redis(result)
+        await self._settle_redis(written)
         await self.source.commit(batch.offsets)
-        self._count(len(records), result, letters)
+        self._count(len(records), written, letters)
 
-    async def _store(
-        self, orders: list[Order], redemptions: list[Redemption]
-    ) -> tuple[SinkResult, list[DeadLetter]]:
+    async def _store(self, rows: list[Row[E]]) -> tuple[Written[E], list[DeadLetter]]:
         """Store the batch; a batch PostgreSQL rejects outright is split to find the culprit."""
         try:
-            return await self._write(orders, redemptions), []
+            return await self._write(rows), []
         except Exception as exc:
             if not db_rejected(exc):
                 raise
-            if len(orders) + len(redemptions) == 1:
-                one = orders[0] if orders else redemptions[0]
-                log.error("database rejected order %s: %r", one.event.order_id, exc)
+            if len(rows) == 1:
+                log.error("database rejected %s %s: %r", self.stream.noun, rows[0].order_id, exc)
                 reason = f"rejected by the database: {exc}"
-                return SinkResult([], {}), [DeadLetter(one.record, "rejected", reason)]
-            size = len(orders) + len(redemptions)
-            log.error("database rejected a batch of %d, storing one by one: %r", size, exc)
-        decisions: list[Decision] = []
-        shards: dict[int, int] = {}
-        vouchers: list[VoucherDecision] = []
+                return Written([], {}), [DeadLetter(rows[0].record, "rejected", reason)]
+            log.error("database rejected a batch of %d, storing one by one: %r", len(rows), exc)
+        written: Written[E] = Written([], {})
         rejected: list[DeadLetter] = []
-        singles: list[tuple[list[Order], list[Redemption]]] = [([o], []) for o in orders]
-        singles += [([], [r]) for r in redemptions]
-        for some_orders, some_redemptions in singles:
-            result, bad = await self._store(some_orders, some_redemptions)
-            decisions += result.decisions
-            shards |= result.shards
-            vouchers += result.vouchers
+        for row in rows:
+            one, bad = await self._store([row])
+            written += one
             rejected += bad
-        return SinkResult(decisions, shards, vouchers), rejected
+        return written, rejected
 
-    async def _write(self, orders: list[Order], redemptions: list[Redemption]) -> SinkResult:
-        async def attempt() -> SinkResult:
+    async def _write(self, rows: list[Row[E]]) -> Written[E]:
+        async def attempt() -> Written[E]:
             started = time.perf_counter()
-            result = await self.sink.write(orders, redemptions)
+            written = await self.sink.write(rows)
             metrics.COMMIT_SECONDS.observe(time.perf_counter() - started)
-            return result
+            return written
 
-        if not orders and not redemptions:
-            return SinkResult([], {})
+        if not rows:
+            return Written([], {})
         return await retrying("db", attempt, db_retriable, self.backoff)
 
     async def _dead_letter(self, letters: list[DeadLetter]) -> None:
@@ -155,107 +149,64 @@ class OrderWriter:
             for letter in letters:
                 metrics.DEAD_LETTERS.labels(letter.kind).inc()
 
-    async def _settle_redis(self, result: SinkResult) -> None:
+    async def _settle_redis(self, written: Written[E]) -> None:
+        # Once per hold: an orderId refused for two targets (batches split one by one) holds two.
         releases = {
-            d.order.event.order_id: d
-            for d in result.with_fate(Fate.REFUSED, Fate.FAILED_BEFORE)
-            if d.order.event.item_id in result.shards
+            (d.row.target, d.row.order_id): d for d in written.decisions if d.fate in RELEASED
         }
-        acks: dict[tuple[int, int], set[str]] = defaultdict(set)
-        for d in result.decisions:
-            if d.fate is not Fate.UNKNOWN_ITEM:
-                acks[(d.order.event.item_id, d.order.event.shard)].add(d.order.event.order_id)
-        voucher_releases = {
-            (d.redemption.event.code, d.redemption.event.order_id): d
-            for d in result.vouchers_with_fate(*RELEASED_FATES)
-        }
-        voucher_acks: dict[str, set[str]] = defaultdict(set)
-        for v in result.vouchers:
-            voucher_acks[v.redemption.event.code].add(v.redemption.event.order_id)
+        drops: defaultdict[Hashable, set[str]] = defaultdict(set)
+        for d in written.decisions:
+            if (outbox := self.stream.outbox(d)) is not None:
+                drops[outbox].add(d.row.order_id)
 
         async def attempt() -> None:
             calls: list[Awaitable[object]] = [
-                self._release(d, result.shards[d.order.event.item_id]) for d in releases.values()
+                self._release(d, written.locked) for d in releases.values()
             ]
             calls += [
-                self.router.ack_outbox(item_id, shard, sorted(ids))
-                for (item_id, shard), ids in acks.items()
-            ]
-            calls += [self._release_voucher_use(d) for d in voucher_releases.values()]
-            calls += [
-                self.vouchers.ack_outbox(code, sorted(ids)) for code, ids in voucher_acks.items()
+                self.stream.drop(self.router, outbox, sorted(ids)) for outbox, ids in drops.items()
             ]
             outcomes = await asyncio.gather(*calls, return_exceptions=True)
             failures = [o for o in outcomes if isinstance(o, BaseException)]
             if failures:
                 raise failures[0]
 
-        if releases or acks or voucher_releases or voucher_acks:
+        if releases or drops:
             await retrying("redis", attempt, redis_retriable, self.backoff)
 
-    async def _release(self, decision: Decision, shards: int) -> None:
-        event = decision.order.event
-        if await self.router.release(
-            event.item_id, shards, event.shard, event.user_id, event.order_id
-        ):
-            log.info("order %s refused (%s): unit given back", event.order_id, decision.reason)
-
-    async def _release_voucher_use(self, decision: VoucherDecision) -> None:
-        event = decision.redemption.event
-        if await self.vouchers.release(event.code, event.order_id):
-            log.info("voucher use %s refused (%s): use given back", event.order_id, decision.reason)
+    async def _release(self, decision: Decision[E], locked: Locked) -> None:
+        if await self.stream.release(self.router, decision, locked):
+            noun, order_id = self.stream.noun, decision.row.order_id
+            log.info("%s %s refused (%s): its hold given back", noun, order_id, decision.reason)
 
     async def _refresh_lag(self) -> None:
         # Local to librdkafka (position and the high watermark of the last fetch): cheap.
         metrics.set_lag(await self.source.lags())
 
-    def _count(self, messages: int, result: SinkResult, letters: list[DeadLetter]) -> None:
+    def _count(self, messages: int, written: Written[E], letters: list[DeadLetter]) -> None:
         self.stats.batches += 1
         self.stats.messages += messages
         self.stats.dead_letters += len(letters)
         self.stats.last_commit_at = time.monotonic()
-        fates = Counter(d.fate.value for d in result.decisions)
+        fates = Counter(d.fate.value for d in written.decisions)
         for fate, n in fates.items():
-            metrics.ORDERS.labels(fate).inc(n)
-            self.stats.orders[fate] = self.stats.orders.get(fate, 0) + n
-        voucher_fates = Counter(d.fate.value for d in result.vouchers)
-        for fate, n in voucher_fates.items():
-            metrics.VOUCHER_USES.labels(fate).inc(n)
-            self.stats.vouchers[fate] = self.stats.vouchers.get(fate, 0) + n
-        unusual = (
-            letters
-            or fates.keys() - {Fate.INSERTED.value}
-            or voucher_fates.keys() - {VoucherFate.INSERTED.value}
-        )
-        described = [f"{n} {fate}" for fate, n in sorted(fates.items())]
-        described += [f"{n} voucher uses {fate}" for fate, n in sorted(voucher_fates.items())]
+            self.stream.metric.labels(fate).inc(n)
+            self.stats.fates[fate] = self.stats.fates.get(fate, 0) + n
+        unusual = letters or fates.keys() - {Fate.INSERTED.value}
+        plural = f"{self.stream.noun}s"
+        described = ", ".join(f"{n} {plural} {fate}" for fate, n in sorted(fates.items()))
         log.log(
             logging.INFO if unusual else logging.DEBUG,
             "batch of %d: %s, %d dead letters",
             messages,
-            ", ".join(described) or "no orders",
+            described or f"no {plural}",
             len(letters),
         )
 
 
-def _dead_letters(result: SinkResult) -> list[DeadLetter]:
-    kinds = {
-        Fate.REFUSED: "refused",
-        Fate.FAILED_BEFORE: "refused",
-        Fate.UNKNOWN_ITEM: "unknown_item",
-    }
-    voucher_kinds = {
-        VoucherFate.REFUSED: "refused",
-        VoucherFate.FAILED_BEFORE: "refused",
-        VoucherFate.CONFLICT: "refused",
-        VoucherFate.UNKNOWN_VOUCHER: "unknown_voucher",
-    }
+def _dead_letters(written: Written[E]) -> list[DeadLetter]:
     return [
-        DeadLetter(d.order.record, kinds[d.fate], d.reason)
-        for d in result.decisions
-        if d.fate in kinds
-    ] + [
-        DeadLetter(v.redemption.record, voucher_kinds[v.fate], v.reason)
-        for v in result.vouchers
-        if v.fate in voucher_kinds
+        DeadLetter(d.row.record, _DEAD_LETTER_KINDS[d.fate], d.reason)
+        for d in written.decisions
+        if d.fate in _DEAD_LETTER_KINDS
     ]

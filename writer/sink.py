@@ -1,213 +1,114 @@
-"""One batch of orders into PostgreSQL, in one transaction, idempotent by orderId.
+"""One batch of a stream's rows (orders, or flash voucher uses) into PostgreSQL, in one
+transaction, idempotent by orderId. The SQL is the stream's (writer/orders.py,
+writer/vouchers.py); the steps and their guards are the same for both.
 
 Inside the transaction, in this order:
 
-1. lock the batch's items (``FOR UPDATE``, by id, so two writers never deadlock on them): the
-   lock serialises every writer's capacity and one-active-order checks for an item;
-2. an orderId already stored is a duplicate (a redelivery): nothing changes, except that an order
-   stored ``FAILED`` earlier is reported again so its unit is released again (idempotent);
-3. walk the new orders in batch order: refuse one whose buyer already holds an active order for
-   the item, or that finds no capacity left (``quantity - sold``); accept the rest;
-4. insert accepted orders ``PENDING`` and refused ones ``FAILED`` with their reason
-   (``ON CONFLICT DO NOTHING``; every row must come back, or someone raced us: retry);
-5. advance ``sold`` by the accepted count per item, guarded by ``sold + n <= quantity``.
+1. lock the batch's targets, items or vouchers (``FOR UPDATE``, in id or code order, as every
+   other locker takes them, so none deadlock): the lock serialises every writer's capacity and
+   per-buyer checks for a target;
+2. an orderId already stored is a duplicate (a redelivery): nothing changes, except that a row
+   stored ``FAILED`` earlier is reported again so its hold is released again (idempotent), and
+   that a voucher use's orderId stored for another voucher or customer is a conflict: no row,
+   its hold is released;
+3. walk the new rows in batch order: refuse one whose buyer already holds the per-buyer limit
+   of active rows for the target (one order per item, ``per_customer_limit`` uses per voucher),
+   or that finds no capacity left (``quantity - sold``, ``total_limit - used_count``); accept
+   the rest (writer/rules.py);
+4. insert accepted rows (PENDING orders, RESERVED uses) and refused ones ``FAILED`` with their
+   reason (``ON CONFLICT DO NOTHING``; every row must come back, or someone raced us: retry);
+5. advance ``sold`` (``used_count``) by the accepted count per target, guarded by
+   ``sold + n <= quantity`` (``used_count + n <= total_limit``).
 
 A crash anywhere before the commit leaves nothing; a redelivery after it finds every orderId
-stored and decides the same, so any number of passes equals one clean pass. Flash voucher uses
-(from the vouchers topic) go in the same transaction by the same rules (writer/voucher_sink.py).
+stored and decides the same, so any number of passes equals one clean pass.
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
-import uuid
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Generic
 
 import asyncpg
 
 from kernel.failpoints import failpoint
-from writer.batch import Order, Redemption
+from writer.batch import E, Row
 from writer.errors import RaceLost
-from writer.voucher_sink import VoucherDecision, VoucherFate, write_redemptions
+from writer.rules import decide
+from writer.sql import statements
+from writer.stream import Decision, Fate, Locked, Stream
 
 TRANSACTION_TIMEOUT_S = 30.0
 ACQUIRE_TIMEOUT_S = 10.0
 
-_LOCK_ITEMS = """
-SELECT id, quantity, sold, shards FROM flash_sale_item
-WHERE id = ANY($1::bigint[]) ORDER BY id FOR UPDATE
-"""
-_STORED = """
-SELECT id, status, failure_reason FROM flash_sale_order WHERE id = ANY($1::uuid[])
-"""
-_ACTIVE = """
-SELECT o.item_id, o.user_id, o.id FROM flash_sale_order AS o
-JOIN unnest($1::bigint[], $2::bigint[]) AS k(item_id, user_id)
-  ON o.item_id = k.item_id AND o.user_id = k.user_id
-WHERE o.status IN ('PENDING', 'PAID')
-"""
-_INSERT = """
-INSERT INTO flash_sale_order
-    (id, item_id, user_id, shard, status, created_at, expires_at, failure_reason)
-SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::bigint[], $4::smallint[], $5::text[],
-                     $6::timestamptz[], $7::timestamptz[], $8::text[])
-ON CONFLICT DO NOTHING
-RETURNING id
-"""
-_ADVANCE_SOLD = """
-UPDATE flash_sale_item AS i SET sold = i.sold + d.n
-FROM unnest($1::bigint[], $2::integer[]) AS d(id, n)
-WHERE i.id = d.id AND i.sold + d.n <= i.quantity
-RETURNING i.id
-"""
-
-
-class Fate(enum.Enum):
-    INSERTED = "inserted"  # stored now, PENDING
-    DUPLICATE = "duplicate"  # already stored (or earlier in this batch): nothing to do
-    REFUSED = "refused"  # stored now, FAILED: dead-letter it and release its unit
-    FAILED_BEFORE = "failed_before"  # stored FAILED by an earlier pass: release again
-    UNKNOWN_ITEM = "unknown_item"  # no such item: nothing stored, dead-letter only
-
 
 @dataclass(frozen=True, slots=True)
-class Decision:
-    order: Order
-    fate: Fate
-    reason: str = ""
+class Written(Generic[E]):
+    """What the transaction decided, and the target rows it locked."""
+
+    decisions: list[Decision[E]]
+    locked: Locked
+
+    def __add__(self, other: Written[E]) -> Written[E]:
+        return Written(self.decisions + other.decisions, {**self.locked, **other.locked})
 
 
-@dataclass(frozen=True, slots=True)
-class SinkResult:
-    decisions: list[Decision]
-    shards: dict[int, int]  # item id -> its number of stock shards
-    vouchers: list[VoucherDecision] = field(default_factory=list)
-
-    def with_fate(self, *fates: Fate) -> list[Decision]:
-        return [d for d in self.decisions if d.fate in fates]
-
-    def vouchers_with_fate(self, *fates: VoucherFate) -> list[VoucherDecision]:
-        return [d for d in self.vouchers if d.fate in fates]
-
-
-@dataclass(slots=True)
-class _Item:
-    quantity: int
-    sold: int
-    shards: int
-
-    @property
-    def left(self) -> int:
-        return self.quantity - self.sold
-
-
-class Sink:
-    def __init__(self, pool: asyncpg.Pool) -> None:
+class Sink(Generic[E]):
+    def __init__(self, pool: asyncpg.Pool, stream: Stream[E, Any]) -> None:
         self.pool = pool
+        self.stream = stream
+        self.sql = statements(stream.schema)
 
-    async def write(
-        self, orders: Sequence[Order], redemptions: Sequence[Redemption] = ()
-    ) -> SinkResult:
+    async def write(self, rows: Sequence[Row[E]]) -> Written[E]:
         """Store the batch in one transaction; raises (and stores nothing) on any failure."""
-        if not orders and not redemptions:
-            return SinkResult([], {})
+        if not rows:
+            return Written([], {})
         async with asyncio.timeout(TRANSACTION_TIMEOUT_S):
             async with self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
                 async with conn.transaction():
-                    result = await _write(conn, orders) if orders else SinkResult([], {})
-                    vouchers = await write_redemptions(conn, redemptions)
-                    failpoint("writer.before_commit" if orders else "writer.vouchers.before_commit")
-        return SinkResult(result.decisions, result.shards, vouchers)
+                    written = await self._write(conn, rows)
+                    failpoint(f"{self.stream.failpoints}.before_commit")
+        return written
 
+    async def _write(self, conn: Any, rows: Sequence[Row[E]]) -> Written[E]:
+        targets = sorted({row.target for row in rows})
+        locked = {row["target"]: row for row in await conn.fetch(self.sql.lock, targets)}
+        keys = [row.key for row in rows]
+        stored = {row["order_key"]: row for row in await conn.fetch(self.sql.stored, keys)}
+        buyers = [row.buyer for row in rows]
+        active = await conn.fetch(self.sql.active, [row.target for row in rows], buyers)
+        decisions = decide(self.stream, rows, locked, stored, active)
+        await self._insert(conn, decisions)
+        await self._advance(conn, decisions)
+        return Written(decisions, locked)
 
-async def _write(conn: Any, orders: Sequence[Order]) -> SinkResult:
-    items = {
-        row["id"]: _Item(row["quantity"], row["sold"], row["shards"])
-        for row in await conn.fetch(_LOCK_ITEMS, sorted({o.event.item_id for o in orders}))
-    }
-    stored = {
-        row["id"]: (row["status"], row["failure_reason"] or "")
-        for row in await conn.fetch(_STORED, [o.id for o in orders])
-    }
-    active = {
-        (row["item_id"], row["user_id"]): str(row["id"])
-        for row in await conn.fetch(
-            _ACTIVE, [o.event.item_id for o in orders], [o.event.user_id for o in orders]
-        )
-    }
-    decisions = _decide(orders, items, stored, active)
-    await _insert(conn, decisions)
-    await _advance_sold(conn, decisions)
-    return SinkResult(decisions, {item_id: item.shards for item_id, item in items.items()})
+    async def _insert(self, conn: Any, decisions: list[Decision[E]]) -> None:
+        new = [d for d in decisions if d.fate in (Fate.INSERTED, Fate.REFUSED)]
+        if not new:
+            return
+        accepted = self.stream.schema.accepted
+        values = [
+            (d.row.key, d.row.target, d.row.buyer, *d.row.rest)
+            + (accepted if d.fate is Fate.INSERTED else "FAILED", d.reason or None)
+            for d in new
+        ]
+        columns = [list(column) for column in zip(*values, strict=True)]
+        inserted = await conn.fetch(self.sql.insert, *columns)
+        if len(inserted) != len(new):
+            # Every conflict was ruled out under the locks: a row that did not go in means one
+            # written meanwhile by someone who does not take them (another writer, an ordinary
+            # voucher reservation). Roll back and decide again.
+            lost = f"{len(new) - len(inserted)} of {len(new)} {self.stream.noun}s"
+            raise RaceLost(f"{lost} met a conflict")
 
-
-def _decide(
-    orders: Sequence[Order],
-    items: dict[int, _Item],
-    stored: dict[uuid.UUID, tuple[str, str]],
-    active: dict[tuple[int, int], str],
-) -> list[Decision]:
-    decisions: list[Decision] = []
-    seen: set[uuid.UUID] = set()
-    for order in orders:
-        event = order.event
-        item = items.get(event.item_id)
-        if order.id in seen:
-            decisions.append(Decision(order, Fate.DUPLICATE))
-            continue
-        seen.add(order.id)
-        if order.id in stored:
-            status, reason = stored[order.id]
-            fate = Fate.FAILED_BEFORE if status == "FAILED" else Fate.DUPLICATE
-            decisions.append(Decision(order, fate, reason))
-        elif item is None:
-            decisions.append(Decision(order, Fate.UNKNOWN_ITEM, f"unknown item {event.item_id}"))
-        elif (holder := active.get((event.item_id, event.user_id))) is not None:
-            reason = (
-                f"already active: user {event.user_id} holds order {holder}"
-                f" for item {event.item_id}"
-            )
-            decisions.append(Decision(order, Fate.REFUSED, reason))
-        elif item.left <= 0:
-            reason = f"sold out: item {event.item_id} has no unit left of {item.quantity}"
-            decisions.append(Decision(order, Fate.REFUSED, reason))
-        else:
-            item.sold += 1
-            active[(event.item_id, event.user_id)] = event.order_id
-            decisions.append(Decision(order, Fate.INSERTED))
-    return decisions
-
-
-async def _insert(conn: Any, decisions: list[Decision]) -> None:
-    rows = [d for d in decisions if d.fate in (Fate.INSERTED, Fate.REFUSED)]
-    if not rows:
-        return
-    inserted = await conn.fetch(
-        _INSERT,
-        [d.order.id for d in rows],
-        [d.order.event.item_id for d in rows],
-        [d.order.event.user_id for d in rows],
-        [d.order.event.shard for d in rows],
-        ["PENDING" if d.fate is Fate.INSERTED else "FAILED" for d in rows],
-        [d.order.created_at for d in rows],
-        [d.order.expires_at for d in rows],
-        [d.reason or None for d in rows],
-    )
-    if len(inserted) != len(rows):
-        # Every conflict was ruled out under the item locks: a row that did not go in means a
-        # writer that does not take them got there first. Roll back and decide again.
-        raise RaceLost(f"{len(rows) - len(inserted)} of {len(rows)} rows met a conflict")
-
-
-async def _advance_sold(conn: Any, decisions: list[Decision]) -> None:
-    accepted = Counter(d.order.event.item_id for d in decisions if d.fate is Fate.INSERTED)
-    if not accepted:
-        return
-    ids = sorted(accepted)
-    advanced = await conn.fetch(_ADVANCE_SOLD, ids, [accepted[i] for i in ids])
-    if len(advanced) != len(ids):
-        raise RaceLost("the sold guard refused an advance that was checked under the row lock")
+    async def _advance(self, conn: Any, decisions: list[Decision[E]]) -> None:
+        accepted = Counter(d.row.target for d in decisions if d.fate is Fate.INSERTED)
+        if not accepted:
+            return
+        targets = sorted(accepted)
+        advanced = await conn.fetch(self.sql.advance, targets, [accepted[t] for t in targets])
+        if len(advanced) != len(targets):
+            raise RaceLost("the capacity guard refused an advance checked under the row lock")

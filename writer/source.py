@@ -1,5 +1,5 @@
-"""The orders topic (or the vouchers topic) as a source of batches: a confluent-kafka consumer in
-a consumer group.
+"""One topic (the orders topic, or the vouchers topic) as a source of batches: a confluent-kafka
+consumer in a consumer group.
 
 librdkafka calls block, so each runs in this source's own single worker thread (asyncio's
 ``to_thread`` pattern with a private executor): they never overlap, and ``close`` waits for a
@@ -36,11 +36,10 @@ Place = tuple[str, int]
 T = TypeVar("T")
 
 
-class OrderSource:
-    def __init__(self, cfg: Settings, topic: str | None = None, group: str | None = None) -> None:
-        """The orders topic and the writer group, unless another topic and group are given."""
-        self.topic = topic or cfg.orders_topic
-        group = group or cfg.writer_group
+class EventSource:
+    def __init__(self, cfg: Settings, topic: str, group: str) -> None:
+        """``topic`` (the orders or the vouchers topic) as a member of consumer group ``group``."""
+        self.topic = topic
         self.batch_size = max(1, cfg.writer_batch_size)
         self.batch_s = max(cfg.writer_batch_ms, 1) / 1000
         self._pending: dict[Place, int] = {}

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -30,8 +29,9 @@ from tests.support.writer import (
     snapshot,
     sold,
     topics,
+    until,
 )
-from writer import DeadLetter, Record, WriterStats, parse, run
+from writer import ORDERS, DeadLetter, Record, WriterStats, parse, run
 from writer.metrics import REGISTRY
 from writer.metrics import serve as metrics_serve
 
@@ -42,14 +42,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 async def t(live_stack: Settings) -> AsyncIterator[Topics]:
     async with topics(live_stack) as made:
         yield made
-
-
-@pytest.fixture
-async def router(live_stack: Settings) -> AsyncIterator[ShardRouter]:
-    r = ShardRouter(live_stack)
-    await r.start()
-    yield r
-    await r.close()
 
 
 # Pure: parsing a batch.
@@ -73,9 +65,10 @@ def test_parse_splits_orders_from_dead_letters_and_tracks_offsets() -> None:
             _record(encode(bad_id), 8),
             _record(encode(bad_time), 9),
             _record(encode(good), 2, partition=1),
-        ]
+        ],
+        ORDERS,
     )
-    assert [o.event for o in batch.orders] == [good, good]
+    assert [o.event for o in batch.rows] == [good, good]
     assert [(d.record.offset, d.kind) for d in batch.dead_letters] == [
         (5, "poison"),
         (6, "poison"),
@@ -273,7 +266,7 @@ async def test_two_writers_in_one_group_share_the_partitions(t: Topics, db: asyn
 
     try:
         start(stats[0])
-        await _until(lambda: stats[0].batches > 0)
+        await until(lambda: stats[0].batches > 0)
         start(stats[1])
         # Keep orders coming until the rebalance has handed the second writer a batch.
         user = len(events)
@@ -309,13 +302,6 @@ async def test_two_groups_racing_over_the_same_orders(t: Topics, db: asyncpg.Poo
     )
 
     await _assert_sold_exactly(db, item, events, quantity=150)
-
-
-async def _until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def _assert_sold_exactly(
@@ -365,8 +351,8 @@ async def test_metrics_count_batches_dead_letters_and_lag(t: Topics, db: asyncpg
     writer = asyncio.create_task(asyncio.wait_for(run(t.cfg, stop=stop, metrics_port=None), 60))
     try:
         # Every assigned partition is reported, caught up, while the writer runs.
-        await _until(lambda: lags() == dict.fromkeys("0123", 0.0) or writer.done())
-        await _until(lambda: sample("flashsale_writer_batch_size_count") > batches_before)
+        await until(lambda: lags() == dict.fromkeys("0123", 0.0) or writer.done())
+        await until(lambda: sample("flashsale_writer_batch_size_count") > batches_before)
     finally:
         stop.set()
         await writer

@@ -7,8 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -26,6 +25,7 @@ from tests.support.writer import (
     rows,
     snapshot,
     topics,
+    until,
 )
 from writer.metrics import REGISTRY
 
@@ -173,13 +173,6 @@ def _db_retries() -> float:
     return REGISTRY.get_sample_value("flashsale_writer_retries_total", {"step": "db"}) or 0.0
 
 
-async def _until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 async def test_postgres_unreachable_is_retried_and_nothing_is_lost(
     live_stack: Settings, db: asyncpg.Pool
 ) -> None:
@@ -190,7 +183,7 @@ async def test_postgres_unreachable_is_retried_and_nothing_is_lost(
         retries_before = _db_retries()
 
         writer = asyncio.create_task(drain(t.writer(pg_dsn=dsn)))
-        await _until(lambda: _db_retries() >= retries_before + 3 or writer.done())
+        await until(lambda: _db_retries() >= retries_before + 3 or writer.done())
         assert not writer.done()
         assert await rows(db, item) == {}  # nothing stored, nothing committed, still trying
         proxy.up = True

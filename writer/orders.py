@@ -1,0 +1,95 @@
+"""The orders stream: OrderPlaced events from the orders topic become flash_sale_order rows.
+
+Items are locked by id; a buyer holds at most one active (PENDING or PAID) order per item, as the
+unique index flash_sale_order_one_active enforces too; any conflict skips a row (and is then a
+race: writer/sink.py decides again). A refused order gives its unit back to the shard it came
+from and frees the buyer's dedup entry on their home shard.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Set
+
+from kernel.events import Event, OrderPlaced
+from shard_router import ShardRouter
+from writer import metrics
+from writer.batch import BIGINT, SMALLINT, InvalidEvent, Record, Row, in_range, timestamp
+from writer.sql import Schema
+from writer.stream import Decision, Fate, Locked, Stream
+
+Order = Row[OrderPlaced]
+
+SCHEMA = Schema(
+    table="flash_sale_order",
+    columns="id uuid, item_id bigint, user_id bigint, shard smallint, created_at timestamptz,"
+    " expires_at timestamptz",
+    accepted="PENDING",
+    holding="'PENDING', 'PAID'",
+    conflict="",
+    counter="flash_sale_item",
+    counter_key="id",
+    taken="sold",
+    capacity="quantity",
+    per_buyer="1",  # flash_sale_order_one_active holds to it too
+)
+
+
+def to_order(record: Record, event: OrderPlaced) -> Order:
+    try:
+        order_id = uuid.UUID(event.order_id)
+    except ValueError:
+        raise InvalidEvent(f"order_id {event.order_id!r} is not a UUID") from None
+    in_range("item_id", event.item_id, 1, BIGINT[1])
+    in_range("user_id", event.user_id, *BIGINT)
+    in_range("shard", event.shard, *SMALLINT)
+    in_range("home_shard", event.home_shard, *SMALLINT)
+    created_at = timestamp("created_at_ms", event.created_at_ms)
+    expires_at = timestamp("expires_at_ms", event.expires_at_ms)
+    rest = (event.shard, created_at, expires_at)
+    return Row(record, event, order_id, event.item_id, event.user_id, rest)
+
+
+class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
+    noun = "order"
+    schema = SCHEMA
+    unknown = Fate.UNKNOWN_ITEM
+    metric = metrics.ORDERS
+    failpoints = "writer"
+
+    def row(self, record: Record, event: Event) -> Order | None:
+        return to_order(record, event) if isinstance(event, OrderPlaced) else None
+
+    def unknown_reason(self, row: Order) -> str:
+        return f"unknown item {row.target}"
+
+    def held_reason(self, row: Order, holders: Set[str], per_buyer: int) -> str:
+        held = ", ".join(sorted(holders))
+        return f"already active: user {row.buyer} holds order {held} for item {row.target}"
+
+    def exhausted_reason(self, row: Order, capacity: int) -> str:
+        return f"sold out: item {row.target} has no unit left of {capacity}"
+
+    async def release(
+        self, router: ShardRouter, decision: Decision[OrderPlaced], locked: Locked
+    ) -> bool:
+        e = decision.row.event
+        item = locked.get(e.item_id)
+        if item is None:
+            return False
+        return await router.release(e.item_id, item["shards"], e.shard, e.user_id, e.order_id)
+
+    def outbox(self, decision: Decision[OrderPlaced]) -> tuple[int, int] | None:
+        # An order of no known item has no outbox to be dropped from.
+        if decision.fate is Fate.UNKNOWN_ITEM:
+            return None
+        return decision.row.event.item_id, decision.row.event.shard
+
+    def drop(
+        self, router: ShardRouter, outbox: tuple[int, int], order_ids: list[str]
+    ) -> Awaitable[object]:
+        item_id, shard = outbox
+        return router.ack_outbox(item_id, shard, order_ids)
+
+
+ORDERS = OrderStream()

@@ -1,0 +1,95 @@
+"""The vouchers stream: VoucherReserved events (flash voucher uses Redis granted) from the
+vouchers topic become voucher_redemption rows.
+
+Vouchers are locked in code order, as the expiry job locks them, so the two never deadlock; a
+customer holds at most ``per_customer_limit`` active (RESERVED or CONFIRMED) uses of a voucher.
+Only an orderId conflict skips a row (an ordinary reservation may take one at any time), and an
+orderId stored for another voucher or customer is a conflict: no row, the hold goes back. A
+refused use gives its hold back in Redis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Set
+from typing import Any
+
+from domain.vouchers import valid_code, valid_order_id
+from kernel.events import Event, VoucherReserved
+from shard_router import ShardRouter, VoucherStore
+from writer import metrics
+from writer.batch import BIGINT, InvalidEvent, Record, Row, in_range, timestamp
+from writer.sql import Schema
+from writer.stream import Decision, Fate, Locked, Stream
+
+Redemption = Row[VoucherReserved]
+
+SCHEMA = Schema(
+    table="voucher_redemption",
+    columns="order_id text, voucher_code text, customer_id bigint, order_amount bigint,"
+    " discount_amount bigint, reserved_at timestamptz, expires_at timestamptz",
+    accepted="RESERVED",
+    holding="'RESERVED', 'CONFIRMED'",
+    conflict="(order_id)",
+    counter="voucher",
+    counter_key="code",
+    taken="used_count",
+    capacity="total_limit",
+    per_buyer="per_customer_limit",
+)
+
+
+def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
+    if not valid_order_id(event.order_id):
+        raise InvalidEvent(f"order_id {event.order_id!r} is not a valid order id")
+    if not valid_code(event.code):
+        raise InvalidEvent(f"code {event.code!r} is not a valid voucher code")
+    in_range("customer_id", event.customer_id, 1, BIGINT[1])
+    in_range("order_amount", event.order_amount, 0, BIGINT[1])
+    in_range("discount_amount", event.discount_amount, 1, BIGINT[1])
+    reserved_at = timestamp("reserved_at_ms", event.reserved_at_ms)
+    expires_at = timestamp("expires_at_ms", event.expires_at_ms)
+    rest = (event.order_amount, event.discount_amount, reserved_at, expires_at)
+    return Row(record, event, event.order_id, event.code, event.customer_id, rest)
+
+
+class VoucherStream(Stream[VoucherReserved, str]):
+    noun = "voucher use"
+    schema = SCHEMA
+    unknown = Fate.UNKNOWN_VOUCHER
+    metric = metrics.VOUCHER_USES
+    failpoints = "writer.vouchers"
+
+    def row(self, record: Record, event: Event) -> Redemption | None:
+        return to_redemption(record, event) if isinstance(event, VoucherReserved) else None
+
+    def unknown_reason(self, row: Redemption) -> str:
+        return f"unknown voucher {row.target}"
+
+    def held_reason(self, row: Redemption, holders: Set[str], per_buyer: int) -> str:
+        return f"already used: customer {row.buyer} holds {per_buyer} uses of voucher {row.target}"
+
+    def exhausted_reason(self, row: Redemption, capacity: int) -> str:
+        return f"out of stock: voucher {row.target} has no use left of {capacity}"
+
+    def conflict(self, row: Redemption, stored: Mapping[str, Any]) -> str | None:
+        code, customer = stored["voucher_code"], stored["customer_id"]
+        if (code, customer) == (row.target, row.buyer):
+            return None
+        return (
+            f"order id conflict: {row.order_id} is a use of voucher {code} by customer {customer}"
+        )
+
+    def release(
+        self, router: ShardRouter, decision: Decision[VoucherReserved], locked: Locked
+    ) -> Awaitable[bool]:
+        e = decision.row.event
+        return VoucherStore(router).release(e.code, e.order_id)
+
+    def outbox(self, decision: Decision[VoucherReserved]) -> str:
+        return decision.row.event.code
+
+    def drop(self, router: ShardRouter, outbox: str, order_ids: list[str]) -> Awaitable[object]:
+        return VoucherStore(router).ack_outbox(outbox, order_ids)
+
+
+VOUCHERS = VoucherStream()
