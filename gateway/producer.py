@@ -16,7 +16,8 @@ import threading
 from functools import partial
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+import msgspec
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kernel.settings import Settings
 
@@ -29,8 +30,22 @@ class OutcomeUnknown(Exception):
     pass
 
 
+class _Broker(msgspec.Struct):
+    nodeid: int
+    state: str
+
+
+class _Stats(msgspec.Struct):
+    """The part of librdkafka's statistics JSON we read; msgspec skips the rest unparsed."""
+
+    brokers: dict[str, _Broker] = {}
+
+
+_decode_stats = msgspec.json.Decoder(_Stats).decode
+
+
 _BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
-_IDLE_POLL_S = 0.5  # otherwise: librdkafka's error and log events still get served
+_IDLE_POLL_S = 0.1  # otherwise: error, log and broker-state events still get served
 
 
 class OrderProducer:
@@ -52,14 +67,33 @@ class OrderProducer:
                 "queue.buffering.max.messages": 100_000,  # bounded memory: beyond it, NeverSent
                 "message.timeout.ms": cfg.kafka_timeout_ms,
                 "compression.type": "lz4",
+                "statistics.interval.ms": cfg.kafka_stats_interval_ms,
+                "stats_cb": self._stats,
+                "error_cb": self._error,
             }
         )
+        self._min_brokers_up = cfg.kafka_min_brokers_up
+        self.brokers_up = -1  # unknown until the first statistics: readiness checks a broker
         # Futures in send order with their deadlines: one sweep per poll, no timer per message.
         self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._tick: asyncio.TimerHandle | None = None
         self._closing = False
+
+    @property
+    def available(self) -> bool:
+        """Enough brokers connected to acknowledge a send (acks=all needs min.insync.replicas)."""
+        return self.brokers_up < 0 or self.brokers_up >= self._min_brokers_up
+
+    def _stats(self, stats_json: str) -> None:
+        # Bootstrap entries have nodeid -1: count the cluster's real brokers only.
+        brokers = _decode_stats(stats_json).brokers.values()
+        self.brokers_up = sum(1 for b in brokers if b.nodeid >= 0 and b.state == "UP")
+
+    def _error(self, error: KafkaError) -> None:
+        if error.code() == KafkaError._ALL_BROKERS_DOWN:
+            self.brokers_up = 0  # at once, not at the next statistics interval
 
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         loop = self._loop or self._bind(asyncio.get_running_loop())
@@ -73,6 +107,13 @@ class OrderProducer:
         if self._tick is None or self._tick.when() > loop.time() + _BUSY_POLL_S:
             self._schedule(loop, _BUSY_POLL_S)
         await future
+
+    def start(self) -> None:
+        """Serve librdkafka's events from now on (not from the first send), so broker states
+        are known before the first purchase decides whether it may take a unit."""
+        loop = self._loop or self._bind(asyncio.get_running_loop())
+        if self._tick is None:
+            self._schedule(loop, _IDLE_POLL_S)
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         self._loop = loop

@@ -50,6 +50,7 @@ class Services:
         await router.start()
         voucher_store = VoucherStore(router)
         producer = OrderProducer(cfg)
+        producer.start()
         catalog = ItemCatalog(pool, cfg.item_cache_seconds)
         vouchers = VoucherCatalog(pool, cfg.item_cache_seconds)
         orders, order_hand_off = order_outbox(cfg, router, catalog, producer)

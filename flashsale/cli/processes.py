@@ -35,6 +35,9 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
 
     from flashsale.cli.connect import run_stack
     from jobs.expiry import expire_once, run_expiry
+    from kernel import logs
+
+    logs.setup(cfg)  # a long-running job: its lines in the one format, like the writer's
 
     async def work(pool: Any, router: Any) -> int:
         if args.once:
