@@ -1,5 +1,9 @@
 """Wires the gateway: a thin ASGI front that serves the purchase route itself (the hot path,
-no framework in the way) and hands every other route to a Starlette app."""
+no framework in the way) and hands every other route to a Starlette app.
+
+The front's order: the sold-out flag's 410 (the cheapest answer, and a final one) → admission
+(503 OVERLOADED for a request that waited too long or arrives while the loop is behind) → the
+purchase handler, or Starlette with a deadline on the request body."""
 
 from __future__ import annotations
 
@@ -16,19 +20,30 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 
-from gateway import admin, metrics, orders, voucher_admin, vouchers
+from gateway import admin, metrics, openapi, orders, voucher_admin, vouchers
+from gateway.admission import OVERLOADED_BODY, OVERLOADED_START, Admission
+from gateway.auth import refuse_dev_secrets
+from gateway.body_deadline import with_deadline
 from gateway.catalog import CatalogUnavailable
+from gateway.client_address import ClientAddress
 from gateway.errors import ApiError, Unavailable
+from gateway.limits import operations
 from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
 from gateway.purchase import PurchaseHandler
+from gateway.ratelimit import RouteLimits
 from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, json_response
 from gateway.services import Services
+from gateway.stock_gauges import STOCK
 from kernel.settings import Settings, settings
 
 log = logging.getLogger(__name__)
 # The flag's answer as ready-made ASGI messages (a server only reads them).
 _SOLD_OUT_START = {"type": "http.response.start", "status": 410, "headers": SOLD_OUT_HEADERS}
 _SOLD_OUT_BODY = {"type": "http.response.body", "body": SOLD_OUT_BODY}
+# Never refused by admission: a probe that failed under load would take a busy process out of
+# its load balancer and pile its share onto the others. (/readyz has its own rate limit.)
+_UNGATED = frozenset({"/healthz", "/readyz"})
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 async def healthz(request: Request) -> Response:
@@ -36,7 +51,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    s: Services = request.app.state.services
+    s = operations(request)
     redis_ok = True
     try:
         await s.router.ping()
@@ -49,15 +64,8 @@ async def readyz(request: Request) -> Response:
 
 
 async def metrics_endpoint(request: Request) -> Response:
-    s: Services = request.app.state.services
-    for item in s.catalog.live_items():
-        with contextlib.suppress(Exception):
-            for state in await s.router.shard_states(item.id, item.shards):
-                metrics.SHARD_STOCK.labels(str(item.id), str(state.shard)).set(state.stock)
-    for voucher in s.vouchers.live_flash():
-        with contextlib.suppress(Exception):
-            remaining = (await s.voucher_store.state(voucher.code)).remaining
-            metrics.VOUCHER_REMAINING.labels(voucher.code).set(remaining or 0)
+    s = operations(request)
+    await STOCK.refresh(s)  # gateway/stock_gauges.py: bounded, whatever the scrape rate
     return PlainTextResponse(
         metrics.exposition(), media_type="text/plain; version=0.0.4; charset=utf-8"
     )
@@ -70,12 +78,12 @@ async def api_error(request: Request, exc: Exception) -> Response:
 
 async def dependency_error(request: Request, exc: Exception) -> Response:
     """PostgreSQL (or a socket) failed under a non-purchase route: 503, never a 500 page."""
-    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    log.warning("%s %r: %r", request.method, request.url.path, exc)  # %r: the client wrote it
     return error_response(Unavailable())
 
 
 async def internal_error(request: Request, exc: Exception) -> Response:
-    log.exception("unhandled error on %s %s", request.method, request.url.path)
+    log.exception("unhandled error on %s %r", request.method, request.url.path)
     return json_response({"error": "INTERNAL"}, status=500)
 
 
@@ -87,13 +95,21 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 def build_app(cfg: Settings | None = None) -> FlashSaleApp:
     cfg = cfg or settings()
-    front = FlashSaleApp()
+    refuse_dev_secrets(cfg)
+    address = ClientAddress(cfg.trusted_proxies)
+    front = FlashSaleApp(
+        Admission(cfg.admission_target_ms / 1000, cfg.admission_interval_ms / 1000),
+        cfg.body_timeout_ms / 1000,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         services = await Services.start(cfg)
         app.state.services = services
-        front.purchase = PurchaseHandler(services)
+        app.state.client_address = address
+        app.state.limits = RouteLimits(cfg, services.ip_buckets)
+        front.purchase = PurchaseHandler(services, address)
+        front.admission.start()
         # A reservation allocates a few dozen tracked objects that die young: at CPython's
         # gen0 threshold of 700, collections cost ~5 µs a reservation (in-process, 20,000
         # orders); at 20,000 ~0.6 µs. What start-up built is frozen: never traversed again.
@@ -103,11 +119,13 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         try:
             yield
         finally:
+            front.admission.stop()
             await services.close()
 
     front.inner = Starlette(
         routes=[
             Route("/healthz", healthz),
+            Route("/openapi.json", openapi.serve),
             Route("/readyz", readyz),
             Route("/metrics", metrics_endpoint),
             Route("/api/flash-sales/orders/{order_id}", orders.get_order),
@@ -151,6 +169,10 @@ class FlashSaleApp:
     inner: Starlette
     purchase: PurchaseHandler | None = None
 
+    def __init__(self, admission: Admission, body_timeout_s: float) -> None:
+        self.admission = admission
+        self.body_timeout_s = body_timeout_s
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             path: str = scope["path"]
@@ -164,6 +186,10 @@ class FlashSaleApp:
                 await send(_SOLD_OUT_START)
                 await send(_SOLD_OUT_BODY)
                 return
+            if path not in _UNGATED and not self.admission.admit():
+                await send(OVERLOADED_START)
+                await send(OVERLOADED_BODY)
+                return
             if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
                 if scope["method"] != "POST":
                     await self.inner(scope, receive, send)
@@ -172,4 +198,6 @@ class FlashSaleApp:
                     raise RuntimeError("purchase route called before start-up")
                 await self.purchase(scope, send, path[len(PURCHASE_PREFIX) : -len(PURCHASE_SUFFIX)])
                 return
+            if scope["method"] in _BODY_METHODS:
+                receive = with_deadline(receive, self.body_timeout_s)
         await self.inner(scope, receive, send)

@@ -13,11 +13,11 @@ from shard_router import ShardUnavailable
 
 @contextlib.contextmanager
 def arm_errors() -> Iterator[None]:
-    """Not ready (replicas, scripts, units in flight) → 409 NOT_READY_TO_ARM with the reason;
-    Redis unreachable → 503."""
+    """Not ready (replicas, scripts) → 409 NOT_READY_TO_ARM, an item on sale now → 409
+    SALE_LIVE, each with the reason; Redis unreachable → 503."""
     try:
         yield
     except NotReady as exc:
-        raise Conflict(NotReady.code, detail=str(exc)) from None
+        raise Conflict(exc.code, detail=str(exc)) from None
     except ShardUnavailable:
         raise Unavailable() from None

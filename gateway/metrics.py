@@ -18,6 +18,13 @@ SHARD_STOCK = Gauge(
 RELAYED = Counter(
     "flashsale_outbox_relayed_total", "Outbox entries re-sent by the relay", registry=REGISTRY
 )
+OUTBOX_ENTRIES = Gauge(
+    "flashsale_outbox_entries",
+    "Entries the last relay round found in the outboxes it visited (all of them while there are"
+    " at most outbox_relay_scan_budget), in flight or waiting for a re-send, by topic",
+    ["topic"],
+    registry=REGISTRY,
+)
 
 VOUCHER_RESERVATIONS = Counter(
     "flashsale_voucher_reservations_total",
@@ -68,9 +75,15 @@ PURCHASE_OUTCOMES = HotCounter(
 PURCHASE_GUARDS = HotCounter(
     "flashsale_purchase_guard_hits_total",
     "Purchase requests stopped by a guard before Redis: sold-out flag, per-user and per-IP "
-    "token buckets, in-flight cap",
+    "token buckets, in-flight cap, Kafka unable to acknowledge",
     ("guard",),
-    [("sold_out_flag",), ("rate_limit_user",), ("rate_limit_ip",), ("inflight_cap",)],
+    [
+        ("sold_out_flag",),
+        ("rate_limit_user",),
+        ("rate_limit_ip",),
+        ("inflight_cap",),
+        ("kafka_unavailable",),
+    ],
 )
 RESERVATION_SECONDS = HotHistogram(
     "flashsale_reservation_seconds",

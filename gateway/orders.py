@@ -1,4 +1,5 @@
-"""The buyer's order endpoints: status, pay, cancel."""
+"""The buyer's order endpoints: status, pay, cancel (each behind the per-address and per-buyer
+limits of gateway/limits.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from starlette.responses import Response
 
 from domain.order_lifecycle import PayResult, cancel, order_status, pay, release_units
 from gateway.errors import Conflict, NotFound, Unavailable
-from gateway.requests import path_param, services
+from gateway.limits import buyer
+from gateway.requests import path_param
 from gateway.responses import json_response
 from gateway.services import Services
 from gateway.soldout import announce_restock
@@ -45,8 +47,7 @@ async def _still_in_flight(s: Services, order_id: uuid.UUID, user_id: int) -> in
 
 
 async def get_order(request: Request) -> Response:
-    s = services(request)
-    user_id = s.verifier.user_id(request.headers.get("authorization"))
+    s, user_id = buyer(request)
     order_id = _order_id(request)
     row = await order_status(s.pool, order_id)
     if row is not None and row["user_id"] == user_id:
@@ -67,8 +68,7 @@ async def _not_stored(s: Services, order_id: uuid.UUID, user_id: int) -> Conflic
 
 
 async def pay_order(request: Request) -> Response:
-    s = services(request)
-    user_id = s.verifier.user_id(request.headers.get("authorization"))
+    s, user_id = buyer(request)
     order_id = _order_id(request)
     result = await pay(s.pool, order_id, user_id)
     if result is PayResult.PAID:
@@ -79,8 +79,7 @@ async def pay_order(request: Request) -> Response:
 
 
 async def cancel_order(request: Request) -> Response:
-    s = services(request)
-    user_id = s.verifier.user_id(request.headers.get("authorization"))
+    s, user_id = buyer(request)
     order_id = _order_id(request)
     ended = await cancel(s.pool, order_id, user_id)
     if ended is not None:

@@ -15,7 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from gateway.acks import BatchedAcks
-from gateway.metrics import RELAYED
+from gateway.metrics import OUTBOX_ENTRIES, RELAYED
 from gateway.producer import OrderProducer
 from kernel.events import Event, decode
 from kernel.periodic import run_every
@@ -63,9 +63,11 @@ async def relay_once(
     """Re-send every entry older than ``min_age_ms`` in this round's share of the outboxes;
     returns how many were sent."""
     cutoff_ms = time.time() * 1000 - min_age_ms
-    sent = 0
+    sent = entries = 0
     for place in await outbox.store.outboxes_in_use(scan.take(outbox.places())):
-        for order_id, payload in (await outbox.store.outbox(place)).items():
+        found = await outbox.store.outbox(place)
+        entries += len(found)
+        for order_id, payload in found.items():
             try:
                 event = decode(payload)
             except msgspec.MsgspecError:
@@ -76,6 +78,7 @@ async def relay_once(
             outbox.acks.ack(place, order_id)
             sent += 1
     RELAYED.inc(sent)
+    OUTBOX_ENTRIES.labels(outbox.topic).set(entries)  # the relay backlog, for the alerts
     return sent
 
 

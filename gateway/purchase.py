@@ -1,9 +1,11 @@
 """``POST /api/flash-sales/items/{itemId}/purchase``, as a raw ASGI handler.
 
-The checks run cheapest first, so the 98% who lose are answered before any I/O:
-route and item config (cached) → sale window → local SOLD-OUT flag → JWT (cached) → per-user and
-per-IP token buckets → in-flight cap → one Lua reservation (borrowing if the home shard is
-empty) → Kafka acknowledgement → 202.
+The checks run cheapest first, so the 98% who lose are answered before any I/O (the front,
+gateway/app.py, has already answered from the sold-out flag or refused an overloaded request):
+per-client-address token bucket (so a flood of bad tokens is limited too) → route and item
+config (cached) → sale window → local SOLD-OUT flag → JWT (cached) → per-user token bucket →
+in-flight cap → one Lua reservation (borrowing if the home shard is empty) → Kafka
+acknowledgement → 202.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from gateway import metrics
 from gateway.catalog import CatalogUnavailable
+from gateway.client_address import ClientAddress
 from gateway.errors import (
     ApiError,
     Conflict,
@@ -50,8 +53,10 @@ _OUTCOME_BY_ERROR = {
 
 
 class PurchaseHandler:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, address: ClientAddress) -> None:
         self.s = services
+        self._address = address
+        self._ip_buckets = services.ip_buckets
         self._flag_paths = services.flags.by_path  # mutated in place, never replaced
         self._hand_off = services.order_hand_off
         self._outcomes = metrics.PURCHASE_OUTCOMES.counts
@@ -79,6 +84,10 @@ class PurchaseHandler:
             return render(error)
 
     async def _decide(self, scope: dict[str, Any], item_text: str) -> Answer:
+        wait = self._ip_buckets.take(self._address.of(scope), time.monotonic())
+        if wait:
+            _guard("rate_limit_ip")
+            raise RateLimited(retry_after=retry_after_seconds(wait))
         item = await self._item(item_text)
         now = time.time()
         if not item.is_open(now):
@@ -89,9 +98,17 @@ class PurchaseHandler:
             _count("sold_out_flag")
             return 410, SOLD_OUT_HEADERS, SOLD_OUT_BODY
         user_id = self.s.verifier.user_id(_header(scope, b"authorization"))
-        self._rate_limit(user_id, scope, time.monotonic())
+        wait = self.s.user_buckets.take(user_id, time.monotonic())
+        if wait:
+            _guard("rate_limit_user")
+            raise RateLimited(retry_after=retry_after_seconds(wait))
         if self.s.inflight >= self.s.cfg.inflight_cap:
             _guard("inflight_cap")
+            raise Unavailable()
+        if not self.s.producer.available:
+            # Kafka could not acknowledge: a unit taken now would only wait out the produce
+            # deadline held. 503 before Redis, so a retry later finds the unit still on sale.
+            _guard("kafka_unavailable")
             raise Unavailable()
         self.s.inflight += 1
         try:
@@ -100,7 +117,7 @@ class PurchaseHandler:
             self.s.inflight -= 1
 
     async def _item(self, item_text: str) -> Item:
-        if not item_text.isdigit() or len(item_text) > 15:
+        if not (item_text.isascii() and item_text.isdigit()) or len(item_text) > 15:
             raise NotFound("ITEM_NOT_FOUND")
         item_id = int(item_text)
         try:
@@ -110,17 +127,6 @@ class PurchaseHandler:
         if item is None:
             raise NotFound("ITEM_NOT_FOUND")
         return item
-
-    def _rate_limit(self, user_id: int, scope: dict[str, Any], now: float) -> None:
-        wait = self.s.user_buckets.take(user_id, now)
-        if wait:
-            _guard("rate_limit_user")
-            raise RateLimited(retry_after=retry_after_seconds(wait))
-        client = scope.get("client")
-        wait = self.s.ip_buckets.take(client[0] if client else "-", now)
-        if wait:
-            _guard("rate_limit_ip")
-            raise RateLimited(retry_after=retry_after_seconds(wait))
 
     async def _reserve(self, item: Item, user_id: int, now: float) -> Answer:
         started = time.perf_counter()

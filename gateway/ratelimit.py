@@ -1,8 +1,13 @@
-"""Per-key token buckets kept in process (per user, per IP): no I/O on the hot path."""
+"""Per-key token buckets kept in process (per user, per client address): no I/O on the hot
+path, and the limits built from them for every route a buyer or a scraper can reach."""
 
 from __future__ import annotations
 
 import math
+import time
+
+from gateway.errors import RateLimited
+from kernel.settings import Settings
 
 
 class TokenBuckets:
@@ -25,6 +30,12 @@ class TokenBuckets:
         self._buckets[key] = (tokens - 1.0, now)
         return 0.0
 
+    def check(self, key: object) -> None:
+        """Take a token for ``key`` now, or raise 429 RATE_LIMITED with its Retry-After."""
+        wait = self.take(key, time.monotonic())
+        if wait:
+            raise RateLimited(retry_after=retry_after_seconds(wait))
+
     def sweep(self, now: float) -> None:
         """Forget buckets that have refilled: they behave exactly like new ones."""
         full_after = self.burst / self.rate
@@ -32,6 +43,17 @@ class TokenBuckets:
 
     def __len__(self) -> int:
         return len(self._buckets)
+
+
+class RouteLimits:
+    """The buckets of the routes other than the purchase: order lookups, pay and cancel count
+    per buyer (after the per-address bucket the purchase shares, before the token), the
+    operations endpoints per address."""
+
+    def __init__(self, cfg: Settings, per_address: TokenBuckets) -> None:
+        self.per_address = per_address
+        self.orders = TokenBuckets(cfg.order_rate_per_s, cfg.order_burst)
+        self.ops = TokenBuckets(cfg.ops_rate_per_s, cfg.ops_burst)
 
 
 def retry_after_seconds(wait: float) -> int:

@@ -45,7 +45,7 @@ def path_param(request: Request, name: str, parse: Callable[[str], T | None], mi
 
 def database_id(text: str) -> int | None:
     """An id as a path segment: digits, no more than a bigint column holds."""
-    return int(text) if text.isdigit() and len(text) <= 15 else None
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 15 else None
 
 
 def voucher_code(request: Request) -> str:

@@ -5,7 +5,8 @@
     DELETE /vouchers/{code}/reservations/{orderId}            the use goes back
 
 Reserve runs cheapest first: service token → body → voucher config (cached) → eligibility
-(window, minimum order), then one of two paths, each idempotent by orderId:
+(window, minimum order), then one of two paths, each idempotent by (code, orderId), the key of
+a reservation (one order may carry several vouchers):
 - flash: local OUT-OF-STOCK flag → in-flight cap → one Lua call on ``{voucher:<code>}`` → Kafka
   acknowledgement (the writer stores the redemption);
 - ordinary: one PostgreSQL transaction (jobs/voucher_lifecycle.py).
@@ -150,6 +151,8 @@ async def _reserve_flash(s: Services, voucher: Voucher, wanted: ReservationReque
     if s.inflight >= s.cfg.inflight_cap:
         metrics.SHED.inc()
         raise Unavailable()
+    if not s.producer.available:
+        raise Unavailable()  # Kafka could not acknowledge: take no use (see purchase.py)
     s.inflight += 1
     try:
         now_ms = int(time.time() * 1000)

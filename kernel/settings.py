@@ -48,11 +48,16 @@ class Settings:
     # local run. Broker n listens on the port of kafka_bootstrap's first address + 2(n-1), its
     # controller on kafka_controller_port + 2(n-1); kafka_bootstrap may list all of them.
     kafka_brokers: int = 3
-    # A broker silent this long is fenced and its partitions' leadership moves (Kafka: 9 s).
+    # A broker silent this long is fenced and its partitions' leadership moves (Kafka: 9 s). At
+    # 3 s a SIGKILLed broker costs 3.0-3.5 s without a 202; the active controller 5.1-6.5 s (the
+    # quorum fails over first). Lower risks fencing a live broker on a starved 2-core box.
     kafka_session_timeout_ms: int = 3000
     # How long a Redis primary may be unreachable before its replica takes over, and how stale
-    # (in node timeouts) a replica may be and still do so; measured by loadtest/bench/failover.py.
-    redis_node_timeout_ms: int = 3000
+    # (in node timeouts) a replica may be and still do so (python -m loadtest.bench.failover).
+    # Measured after a SIGKILL, replica writable: 3000 ms → 4.4-5.7 s, 1000 → 1.9-2.8 s, 500 →
+    # 1.6-1.9 s; a primary paused 1 s is failed over at 500 (2/3) and 750 (1/8), not at 1000
+    # (0/8); 2 s pauses are, below 2000. The validity factor changed nothing measurable.
+    redis_node_timeout_ms: int = 1000
     redis_replica_validity_factor: int = 10
 
     # Kafka topics and their partition counts (created explicitly, never auto-created).
@@ -69,14 +74,26 @@ class Settings:
     jwt_leeway_seconds: int = 5
     admin_token: str = "dev-admin-token"  # noqa: S105 - local stack
     service_token: str = "dev-service-token"  # noqa: S105 - local stack
-    # Where this runs. The three secrets above are public: only "local" (the stack `flashsale
-    # stack up` starts, with the demo, tests and load tests that the project starts on it) may
-    # keep them; any other value makes a gateway refuse to start with them (gateway/auth.py).
+    # Where this runs. The three secrets above are public: a gateway keeps them only when this
+    # is "local", which the project's own starters set (flashsale/stack/processes.py: the demo,
+    # the tests, the load tests); otherwise it refuses to start with them (gateway/auth.py).
     env: str = "production"
     jwt_audience: str = ""  # when set, a buyer token's `aud` must name it
     jwt_issuer: str = ""  # when set, a buyer token's `iss` must be it
-    # Verified tokens remembered (LRU), ~0.5 KB each: a spike's buyers verify once, not per click.
+    # Verified tokens remembered (LRU): ~0.4 KB each (measured, 156-character tokens), so ~40 MB.
     jwt_cache_size: int = 100_000
+
+    # Redis writes confirmed on the replica (issue 11; shard_router/autopipeline.py). Every
+    # pipelined batch with a script call ends with WAIT <replicas> <timeout> on the same node
+    # connection; fewer acknowledgements fail the batch's writes with ShardUnavailable (503). The
+    # timeout stays well inside redis_timeout_ms, the batch's deadline; 0 replicas sends no WAIT
+    # (to measure its cost: python -m loadtest.bench.wait_cost). Loads wait for the replica too.
+    redis_wait_replicas: int = 1
+    redis_wait_timeout_ms: int = 100
+    # How long a buyer's unfinished borrow (home shard empty, a unit taken from another shard)
+    # keeps their dedup entry pending before a retry may replace it; no shard lends to it past
+    # half of this (shard_router/reserving.py).
+    borrow_lease_ms: int = 1000
 
     # Gateway.
     gateway_host: str = "127.0.0.1"
@@ -111,6 +128,32 @@ class Settings:
     # however many items are live; every outbox is visited within ceil(outboxes / budget) rounds.
     outbox_relay_scan_budget: int = 256
 
+    # The edge: connections, admission, limits (gateway/__main__.py, admission.py, limits.py).
+    # A connection that has not sent a whole request head within this time is closed: silent,
+    # slow-header and idle keep-alive connections alike (granian's HTTP/1 header read timeout,
+    # 30 s by default; measured closed at 2.0 s). A load balancer's idle timeout towards the
+    # gateway must be shorter than this, or it may reuse a connection the gateway is closing.
+    gateway_header_timeout_ms: int = 2000
+    # Connections one worker holds (granian's backpressure takes one permit per connection:
+    # past it the rest wait in the listen backlog unserved). Capped by the open-files limit.
+    gateway_max_connections: int = 16384
+    gateway_backlog: int = 4096
+    # A request body must arrive whole within this time, else 408 and the connection closes.
+    body_timeout_ms: int = 5000
+    # Admission (gateway/admission.py): a request that has waited in the event loop longer
+    # than the target, or arrives while every loop turn of the last interval overran it, is
+    # answered 503 OVERLOADED before any work (0: measure turns, refuse nothing). At half load
+    # 98.4% of the loop's turns took ≤ 50 ms: see admission.py for the measurements.
+    admission_target_ms: float = 50.0
+    admission_interval_ms: float = 100.0
+    # Order lookups, pay and cancel, per buyer; /metrics and /readyz, per client address.
+    order_rate_per_s: float = 2.0
+    order_burst: float = 20.0
+    ops_rate_per_s: float = 10.0
+    ops_burst: float = 50.0
+    # Peers (CIDRs) whose X-Forwarded-For names the client; anyone else's is ignored.
+    trusted_proxies: tuple[str, ...] = ()
+
     # Writer and jobs.
     writer_group: str = "flashsale-writer"
     # The vouchers topic has its own group, so voucher uses never wait behind an orders backlog.
@@ -122,6 +165,22 @@ class Settings:
     metrics_host: str = "127.0.0.1"  # where the writer's /metrics listens
     expiry_interval_ms: int = 1000
     voucher_hold_seconds: int = 900
+    # Reconciliation on its own (`flashsale reconcile --every`, jobs/reconcile_loop.py): its
+    # /metrics on metrics_host at this port (0 picks a free port, -1 serves none).
+    reconcile_metrics_port: int = 9109
+
+    # Observability (issue 15; flashsale/stack/prometheus.py, flashsale watch/report, deploy/).
+    # Where Prometheus answers: the local stack's, or any deployment's.
+    prometheus_url: str = "http://127.0.0.1:19090"
+    prometheus_port: int = 19090  # the local stack's Prometheus listens here
+    redis_exporter_port: int = 19121  # the local stack's redis_exporter (replication health)
+    # A spike lasts seconds: the recording rules rate over 10 s, so scrape at least every 2.5 s.
+    scrape_interval_s: int = 1
+    # The /metrics addresses Prometheus scrapes (host:port): the local gateway, the demo's
+    # gateway (flashsale/demo.py DEMO_PORT), the writer, the reconciliation job.
+    gateway_targets: tuple[str, ...] = ("127.0.0.1:8088", "127.0.0.1:18188")
+    writer_targets: tuple[str, ...] = ("127.0.0.1:9108",)
+    job_targets: tuple[str, ...] = ("127.0.0.1:9109",)
 
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"

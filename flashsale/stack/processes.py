@@ -163,6 +163,12 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
+# What this module starts (the demo's, the tests' and the load tests' gateways and writers) runs
+# on the local stack, whose public development secrets a gateway accepts only there
+# (gateway/auth.py). An environment that says otherwise wins.
+_LOCAL_STACK = {PREFIX + "ENV": "local"}
+
+
 def spawn_group(
     argv: Sequence[str],
     *,
@@ -178,7 +184,7 @@ def spawn_group(
         return subprocess.Popen(  # noqa: S603 - argv is built by the caller, not user input
             list(argv),
             cwd=cwd,
-            env={**os.environ, **(env or {})},
+            env={**_LOCAL_STACK, **os.environ, **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

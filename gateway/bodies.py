@@ -1,0 +1,173 @@
+"""The JSON bodies the gateway answers with, as msgspec types: gateway/openapi.py publishes their
+schemas, and a handler that encodes one of them answers exactly what the document says.
+
+Request bodies are the domain's wire types (domain/sales.py, domain/vouchers.py), which the
+handlers decode with. ``forbid_unknown_fields`` makes each schema closed, so a field a handler
+adds without adding it here fails the contract test instead of going undocumented. Optional
+fields are ``UNSET`` (left out), never ``null``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+Moment = Annotated[dt.datetime, msgspec.Meta(tz=True)]  # ISO 8601 with its offset: "date-time"
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, rename="camel"): ...
+
+
+class Error(_Body):
+    """Every refusal: ``error`` is a stable code (gateway/errors.py); some carry more."""
+
+    error: str
+    order_id: str | UnsetType = UNSET  # ALREADY_PURCHASED: the buyer's order
+    detail: str | UnsetType = UNSET  # INVALID_REQUEST, NOT_READY_TO_ARM: what was wrong
+    reason: Literal["EXPIRED", "NOT_STARTED", "BELOW_MIN_ORDER"] | UnsetType = UNSET
+    redis: bool | UnsetType = UNSET  # NOT_READY: which dependency is not
+    kafka: bool | UnsetType = UNSET
+
+
+class Health(_Body):
+    status: Literal["ok"]
+
+
+class Ready(_Body):
+    status: Literal["ready"]
+    redis: bool
+    kafka: bool
+
+
+OrderStatus = Literal["PENDING", "PAID", "EXPIRED", "CANCELLED", "FAILED"]
+
+
+class OrderAccepted(_Body):
+    """202: the unit is the buyer's; the order is on its way to the database."""
+
+    order_id: str
+    status: Literal["PENDING"]
+
+
+class Order(_Body):
+    order_id: str
+    item_id: int
+    status: OrderStatus
+
+
+class OrderPaid(_Body):
+    order_id: str
+    status: Literal["PAID"]
+
+
+class OrderCancelled(_Body):
+    order_id: str
+    status: Literal["CANCELLED"]
+
+
+class CreatedItem(_Body):
+    item_id: int
+    product_id: str
+    quantity: int
+    shards: int
+
+
+class SaleCreated(_Body):
+    sale_id: int
+    items: list[CreatedItem]
+
+
+class ArmedItem(_Body):
+    item_id: int
+    shards: int
+    units: int
+    held: int
+
+
+class SaleArmed(_Body):
+    sale_id: int
+    items: list[ArmedItem]
+
+
+class ShardCounters(_Body):
+    shard: int
+    node: str
+    stock: int
+    holds: int
+    buyers: int
+    outbox: int
+
+
+class ItemCounters(_Body):
+    item_id: int
+    quantity: int
+    sold: int
+    paused: bool
+    units_left: int
+    shards: list[ShardCounters]
+
+
+class Reservation(_Body):
+    order_id: str
+    discount_amount: int
+
+
+class ReservationConfirmed(_Body):
+    order_id: str
+    status: Literal["CONFIRMED"]
+
+
+class ReservationReleased(_Body):
+    order_id: str
+    status: Literal["RELEASED"]
+
+
+class Voucher(_Body):
+    code: str
+    discount_amount: int
+    min_order_amount: int
+    total_limit: int
+    per_customer_limit: int
+    starts_at: Moment
+    ends_at: Moment
+    is_flash: bool
+
+
+class VoucherCreated(Voucher):
+    """A flash voucher is armed at once; when Redis cannot take it, ``armed`` is false and
+    ``armError`` says why (``POST /admin/vouchers/{code}/arm`` does it later)."""
+
+    armed: bool | UnsetType = UNSET
+    remaining: int | UnsetType = UNSET
+    held: int | UnsetType = UNSET
+    in_flight: int | UnsetType = UNSET
+    arm_error: str | UnsetType = UNSET
+
+
+class VoucherArmed(_Body):
+    code: str
+    remaining: int
+    held: int
+    in_flight: int
+
+
+class VoucherInRedis(_Body):
+    node: str
+    remaining: int | None  # null: not loaded
+    holds: int
+    customers: int
+    outbox: int
+    ended: int
+
+
+class VoucherCounters(Voucher):
+    used_count: int
+    reserved: int
+    confirmed: int
+    released: int
+    expired: int
+    failed: int
+    redis: VoucherInRedis | UnsetType = UNSET  # flash vouchers only

@@ -1,0 +1,246 @@
+"""``python -m loadtest.bench.overload``: one gateway process offered 2×, 5× and 10× its measured
+maximum, open loop, on the reserve path and on the sold-out path, side by side with the same run
+at 0.5× and 1×.
+
+The gateway runs on core 0, the generator (loadtest/bench/phased.py, the open-loop generator
+with stepped rates) and the stack on core 1. The maximum of each path is its closed-loop req/s
+(wrk, as in the benchmark's closed section) unless given. Each run starts a fresh gateway (so
+its peak RSS is the run's own): a warm-up at 0.5×, the measured phase, then 0.5× again to time
+the recovery: the seconds from the end of the overload until every 100 ms window is answered,
+all accepted, none slower than 3× the p99 at 0.5×. Prints a Markdown table per path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from kernel.settings import settings
+from loadtest.bench import phased
+from loadtest.bench.harness import Harness, Options, Served
+from loadtest.bench.sale import Item, purchase
+from loadtest.constants import REPORTS_DIR
+from loadtest.generators import tokens
+
+WARMUP_S, AFTER_S = 2.0, 4.0
+RECOVERY_BOUND = 3.0  # × the p99 at 0.5×
+ACCEPTED = {"reserve": 202, "sold_out": 410}
+ADMISSION_OFF = {"FLASHSALE_ADMISSION_TARGET_MS": "0"}
+
+
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """``values`` in this process's environment for the block (a gateway started inside it
+    inherits them: the harness's own settings for it come on top)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = old
+
+
+def peak_rss_mb(session: int) -> float:
+    """The largest peak resident set (VmHWM) of the processes in ``session``: the worker's."""
+    peak = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            if os.getsid(int(status.parent.name)) != session:
+                continue
+            found = re.search(r"^VmHWM:\s+(\d+) kB", status.read_text(), re.M)
+        except (OSError, ValueError):
+            continue
+        peak = max(peak, int(found.group(1)) if found else 0)
+    return peak / 1024
+
+
+def gateway_counts(base: str) -> dict[str, float]:
+    """The gateway's admission refusals and its loop's turn histogram, from /metrics."""
+    text = httpx.get(f"{base}/metrics", timeout=10).text
+    pattern = (
+        r'^flashsale_(admission_refused_total\{reason="\w+"\}'
+        r'|event_loop_turn_seconds_bucket\{le="[^"]+"\}) (\S+)$'
+    )
+    return {name: float(value) for name, value in re.findall(pattern, text, re.M)}
+
+
+class Overload:
+    def __init__(self, h: Harness, seconds: float, connections: int) -> None:
+        self.h = h
+        self.seconds = seconds
+        self.connections = connections
+
+    def run(
+        self, path: str, maximum: float, multiple: float, baseline_p99: float | None
+    ) -> dict[str, Any]:
+        h, s = self.h, self.h.bench_sale
+        assert s is not None, "set_up_sale() first"
+        half = maximum * 0.5
+        phases = [
+            phased.Phase(half, WARMUP_S),
+            phased.Phase(maximum * multiple, self.seconds),
+            phased.Phase(half, AFTER_S),
+        ]
+        item = s.gateway if path == "reserve" else s.sold_out
+        token_file = self._tokens(phases) if path == "reserve" else None
+        with h.server("gateway") as served:
+            if path == "sold_out":
+                self._flag(served, item)
+            result = phased.measure(
+                served.base + item.path,
+                phases,
+                accepted=ACCEPTED[path],
+                connections=self.connections,
+                core=h.opts.load_core,
+                tokens=token_file,
+                timeout_s=sum(p.seconds for p in phases) + 120,
+            )
+            result["peak_rss_mb"] = peak_rss_mb(served.pid)
+            result["gateway"] = gateway_counts(served.base)
+        if path == "reserve":
+            assert h.shards is not None
+            h.shards.clear_holds(item)
+        bound = (baseline_p99 or result["ok_p99_ms"]) * RECOVERY_BOUND
+        result["recovery_s"] = phased.recovery_s(result.pop("after_windows"), bound)
+        result["multiple"] = multiple
+        return result
+
+    def _tokens(self, phases: Sequence[phased.Phase]) -> Path:
+        count = int(sum(p.rate * p.seconds for p in phases)) + 1
+        return tokens.write(
+            self.h.cfg, self.h.workdir / "overload.tokens", self.h.buyers.take(count)
+        )
+
+    def _flag(self, served: Served, item: Item) -> None:
+        token = next(tokens.signed(self.h.cfg, self.h.buyers.take(1)))
+        status = purchase(served.base, item, token)
+        if status != 410:
+            raise RuntimeError(f"flagging the sold-out item answered {status}")
+
+
+def maxima(h: Harness, given: dict[str, float | None]) -> dict[str, float]:
+    found = {}
+    for path, value in given.items():
+        if value is None:
+            closed = h.closed_reserve if path == "reserve" else h.closed_sold_out
+            with environ(ADMISSION_OFF):  # wrk counts 503s as answers too
+                measured, problems = closed("gateway")
+            if problems:
+                print(f"  closed-loop {path}: {problems}", flush=True)
+            value = float(measured["rps"])
+        found[path] = value
+        print(f"maximum of {path}: {value:,.0f} req/s", flush=True)
+    return found
+
+
+def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
+    lines = [
+        f"### {path.replace('_', '-')} path (maximum {maximum:,.0f} req/s, closed loop)",
+        "",
+        "| offered | admission | goodput req/s | ÷ max | accepted p99 ms | ÷ p99 at 0.5× "
+        "| refused req/s | refusal p99 ms | unanswered or other | peak RSS MB | recovery s "
+        "| generator lag p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    base = next(
+        (r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5 and r["admission"] == "on"), None
+    )
+    for r in rows:
+        ratio = f"{r['ok_p99_ms'] / base:.2f}×" if base else "-"
+        recovery = f"{r['recovery_s']:.1f}" if r["recovery_s"] is not None else "not within 4 s"
+        offered = f"{r['multiple']:g}× ({r['offered_rps']:,.0f}/s)"
+        lines.append(
+            f"| {offered} | {r['admission']} | {r['goodput_rps']:,.0f} "
+            f"| {r['goodput_rps'] / maximum:.2f} | {r['ok_p99_ms']:,.1f} | {ratio} "
+            f"| {r['refused_rps']:,.0f} | {r['refused_p99_ms']:,.1f} "
+            f"| {r['counts']['other'] + r['unanswered']:,} | {r['peak_rss_mb']:.0f} "
+            f"| {recovery} | {r['dispatch_lag_p99_ms']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m loadtest.bench.overload", description=__doc__)
+    p.add_argument("--seconds", type=float, default=10.0, help="of overload per run")
+    p.add_argument("--multiples", default="0.5,1,2,5,10")
+    p.add_argument("--paths", default="reserve,sold_out")
+    p.add_argument("--reserve-max", type=float)
+    p.add_argument("--soldout-max", type=float)
+    # Enough that the offered rate reaches the server: with 256, at 2× the generator itself
+    # queued 12,814 requests for a free connection (HTTP/1.1: one request per connection), and
+    # the server never saw the overload it was meant to shed.
+    p.add_argument("--connections", type=int, default=2048)
+    p.add_argument("--target-ms", type=float, help="admission target (default: the setting's)")
+    p.add_argument("--without-admission", default="2", help="multiples also run with admission off")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse(argv)
+    cfg = settings()
+    tokens.check(cfg)
+    opts = Options(
+        duration_s=5.0, warmup_s=2.0, soldout_connections=64, reserve_connections=256,
+        open_connections=args.connections, open_warmup_s=1.0, redis_clients=50, redis_calls={},
+    )  # fmt: skip
+    log_dir = REPORTS_DIR / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    paths = [p for p in args.paths.split(",") if p]
+    multiples = [float(m) for m in args.multiples.split(",") if m]
+    off = [float(m) for m in args.without_admission.split(",") if m]
+    with tempfile.TemporaryDirectory(prefix="overload-") as workdir:
+        h = Harness(cfg, opts, Path(workdir), log_dir)
+        try:
+            h.set_up_sale()
+            given = {"reserve": args.reserve_max, "sold_out": args.soldout_max}
+            top = maxima(h, {p: given[p] for p in paths})
+            bench = Overload(h, args.seconds, args.connections)
+            tables = []
+            on = {"FLASHSALE_ADMISSION_TARGET_MS": str(args.target_ms)} if args.target_ms else {}
+            for path in paths:
+                rows: list[dict[str, Any]] = []
+                runs = [(m, "on") for m in multiples] + [(m, "off") for m in off]
+                for multiple, admission in runs:
+                    env = on if admission == "on" else ADMISSION_OFF
+                    base_p99 = next((r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5), None)
+                    with environ(env):
+                        row = bench.run(path, top[path], multiple, base_p99)
+                    row["admission"] = admission
+                    rows.append(row)
+                    print(
+                        f"  {path} {multiple:g}× admission {admission}: {_brief(row)}", flush=True
+                    )
+                tables.append(table(path, top[path], rows))
+                (REPORTS_DIR / f"overload-{path}.json").write_text(_json(rows))
+            print("\n\n".join(tables))
+        finally:
+            h.close()
+
+
+def _brief(r: dict[str, Any]) -> str:
+    return (
+        f"goodput {r['goodput_rps']:,.0f}/s, accepted p99 {r['ok_p99_ms']:.1f} ms, "
+        f"refused {r['refused_rps']:,.0f}/s p99 {r['refused_p99_ms']:.1f} ms, "
+        f"rss {r['peak_rss_mb']:.0f} MB, recovery {r['recovery_s']}, statuses {r['statuses']}"
+    )
+
+
+def _json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, indent=1)
+
+
+if __name__ == "__main__":
+    main()
