@@ -4,6 +4,15 @@ from __future__ import annotations
 
 
 class NotReady(Exception):
-    """A sale cannot be armed yet (replicas not in sync, scripts missing, orders in flight)."""
+    """A sale cannot be armed yet (replicas not in sync, scripts missing)."""
 
     code = "NOT_READY_TO_ARM"
+
+
+class SaleLive(NotReady):
+    """Arming would reload shards that buyers are buying from: refused until the item is paused.
+    Loading merges with Redis, so even a racing buyer keeps their hold; but a unit moved off a
+    shard while a buyer takes it there leaves that shard short, and re-arming a sale on sale is
+    almost always an operator's mistake."""
+
+    code = "SALE_LIVE"

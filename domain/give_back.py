@@ -17,12 +17,13 @@ E = TypeVar("E")
 
 async def give_back(ended: Iterable[E], release: Callable[[E], Awaitable[bool]]) -> list[E]:
     """``release`` each one; returns those whose unit went back now. A release Redis cannot
-    confirm leaves a stale hold, which reconciliation releases later."""
+    confirm leaves a stale hold: the order has ended, so nothing here will try it again, and
+    reconciliation's sweep (jobs/reconcile_loop.py) releases it, live or not, until it goes."""
     released: list[E] = []
     for one in ended:
         try:
             if await release(one):
                 released.append(one)
         except ShardUnavailable as exc:
-            log.warning("release of %s deferred to reconciliation: %s", one, exc)
+            log.warning("release of %s left to the reconciliation sweep: %s", one, exc)
     return released

@@ -14,6 +14,9 @@ from domain.give_back import give_back
 from domain.ports import UnitReleaser
 
 ACTIVE = ("PENDING", "PAID")  # the statuses of an order that holds its unit
+# How the writer's failure_reason for a refusal for capacity begins (writer/orders.py): Redis
+# had granted a unit it did not have, so that order's hold is forfeited, its unit not given back.
+SOLD_OUT = "sold out"
 
 
 class PayResult(enum.Enum):
@@ -98,11 +101,15 @@ async def expire_due(pool: asyncpg.Pool, limit: int = 1000) -> list[Ended]:
     return _ended(await pool.fetch(_EXPIRE, "EXPIRED", limit))
 
 
-async def release_units(router: UnitReleaser, ended: list[Ended]) -> set[int]:
+async def release_ended(router: UnitReleaser, ended: list[Ended]) -> list[Ended]:
     """After the commit: give each ended order's unit back in Redis (idempotent), and forget the
-    buyer's dedup entry. Returns the items that got stock back."""
-    released = await give_back(
+    buyer's dedup entry. Returns the orders whose unit went back now."""
+    return await give_back(
         ended,
         lambda o: router.release(o.item_id, o.shards, o.unit_shard, o.user_id, o.order_id),
     )
-    return {order.item_id for order in released}
+
+
+async def release_units(router: UnitReleaser, ended: list[Ended]) -> set[int]:
+    """release_ended; returns the items that got stock back."""
+    return {order.item_id for order in await release_ended(router, ended)}

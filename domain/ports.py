@@ -4,7 +4,7 @@ process packages hand them in."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 HoldRecords = list[tuple[str, int]]  # (orderId, the buyer or customer holding its unit)
@@ -29,16 +29,33 @@ class UnitReleaser(Protocol):
         ...
 
 
-class ShardLoader(Protocol):
-    """An item's stock shards as warm-up reads and rebuilds them."""
+class ShardStock(Protocol):
+    """One stock shard's counter, as warm-up reads it."""
 
-    async def outbox(self, item_id: int, shard: int) -> Mapping[str, bytes]: ...
+    @property
+    def shard(self) -> int: ...
+
+    @property
+    def stock(self) -> int: ...  # units left; 0 when the shard is not loaded
+
+    @property
+    def holds(self) -> int: ...  # hold records, read with the stock
+
+
+class ShardLoader(Protocol):
+    """An item's stock shards as warm-up reads and loads them."""
 
     async def holds(self, item_id: int, shard: int) -> Mapping[str, int]: ...
 
+    async def shard_states(self, item_id: int, shards: int) -> Sequence[ShardStock]: ...
+
     async def load_shard(
         self, item_id: int, shard: int, units: int, holds: HoldRecords, buyers: BuyerEntries
-    ) -> None: ...
+    ) -> None:
+        """lua/load.lua: keep every hold and buyer entry the shard has, add those of ``holds``
+        and ``buyers`` it lacks, and set its units left so that units left + holds = ``units``
+        + len(``holds``) (never below 0 units left)."""
+        ...
 
 
 class ArmableShards(ClusterReadiness, ShardLoader, Protocol):
@@ -51,16 +68,28 @@ class UseReleaser(Protocol):
         ...
 
 
+class VoucherStock(Protocol):
+    """A flash voucher's counter, as warm-up reads it."""
+
+    @property
+    def remaining(self) -> int | None: ...  # None: not loaded
+
+    @property
+    def holds(self) -> int: ...  # hold records, read with the uses left
+
+
 class VoucherLoader(Protocol):
-    """A flash voucher as warm-up reads and rebuilds it."""
+    """A flash voucher as warm-up reads and loads it."""
 
     @property
     def router(self) -> ClusterReadiness: ...
 
-    async def outbox(self, code: str) -> Mapping[str, bytes]: ...
-
     async def holds(self, code: str) -> Mapping[str, int]: ...
 
-    async def load(
-        self, code: str, remaining: int, holds: HoldRecords, ended: HoldRecords
-    ) -> None: ...
+    async def state(self, code: str) -> VoucherStock: ...
+
+    async def load(self, code: str, remaining: int, holds: HoldRecords, ended: HoldRecords) -> None:
+        """lua/load.lua, as load_shard: every hold kept, those of ``holds`` added, uses left +
+        holds = ``remaining`` + len(``holds``); the customers' counts recounted from the holds;
+        ``ended`` added to the orderIds never taken again."""
+        ...

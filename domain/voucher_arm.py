@@ -1,8 +1,9 @@
 """Arm / warm-up a flash voucher: load its uses into Redis from the database (domain/warm_up.py).
 
-Uses left = ``total_limit − used_count − in flight``. The hold records and the customers' counts
-are rebuilt from the active redemptions (RESERVED, CONFIRMED), and the ended ones are remembered,
-so a retry of a released orderId is still refused.
+Uses left = ``total_limit − used_count − kept``. The active redemptions' (RESERVED, CONFIRMED)
+hold records are added where Redis lacks them, every hold Redis has is kept (one of an ended
+redemption is released by reconciliation), the customers' counts are recounted from the holds,
+and the ended redemptions are remembered, so a retry of a released orderId is still refused.
 """
 
 from __future__ import annotations
@@ -16,7 +17,11 @@ from domain.arm import check_cluster_ready
 from domain.errors import NotReady
 from domain.ports import VoucherLoader
 from domain.voucher_lifecycle import ACTIVE
-from domain.warm_up import Hold, Stored, warm_up
+from domain.warm_up import Count, Hold, Stored, warm_up
+
+# How the writer's failure_reason for a refusal for the voucher's limit begins
+# (writer/vouchers.py): that use's hold is forfeited, its use never given back.
+OUT_OF_STOCK = "out of stock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,7 +29,7 @@ class ArmedVoucher:
     code: str
     remaining: int
     held: int  # active uses in the database
-    in_flight: int  # holds in Redis not yet in the database
+    in_flight: int  # holds kept from Redis that used_count does not count (in flight, ended)
 
 
 @dataclass(slots=True)
@@ -40,14 +45,12 @@ class _FlashVoucher:
     def places(self) -> tuple[str]:
         return (self.code,)
 
-    def busy(self, place: str) -> str:
-        return f"voucher {place} has uses in flight (outbox not empty)"
-
-    async def outbox(self, place: str) -> Mapping[str, bytes]:
-        return await self.store.outbox(place)
-
     async def holds(self, place: str) -> Mapping[str, int]:
         return await self.store.holds(place)
+
+    async def counts(self) -> Mapping[str, Count]:
+        state = await self.store.state(self.code)
+        return {self.code: Count(state.remaining or 0, state.holds)}
 
     async def stored(self) -> Stored[str]:
         code = self.code
@@ -61,7 +64,7 @@ class _FlashVoucher:
                 "select total_limit, used_count, is_flash from voucher where code = $1", code
             )
             rows = await conn.fetch(
-                "select order_id, customer_id, status from voucher_redemption"
+                "select order_id, customer_id, status, failure_reason from voucher_redemption"
                 " where voucher_code = $1",
                 code,
             )
@@ -73,8 +76,13 @@ class _FlashVoucher:
             Hold(r["order_id"], r["customer_id"], code) for r in rows if r["status"] in ACTIVE
         ]
         self.ended = [(r["order_id"], r["customer_id"]) for r in rows if r["status"] not in ACTIVE]
-        known = frozenset(r["order_id"] for r in rows)
-        return Stored(voucher["total_limit"], voucher["used_count"], active, known)
+        # A hold of an ended redemption is not in used_count: kept, counted like one in flight.
+        unbacked = frozenset(
+            r["order_id"]
+            for r in rows
+            if r["status"] == "FAILED" and (r["failure_reason"] or "").startswith(OUT_OF_STOCK)
+        )
+        return Stored(voucher["total_limit"], voucher["used_count"], active, unbacked)
 
     async def load(self, place: str, units: int, holds: list[Hold[str]]) -> None:
         await self.store.load(place, units, [(h.order_id, h.owner) for h in holds], self.ended)

@@ -1,7 +1,9 @@
 """Voucher reservations in PostgreSQL: the ordinary (non-flash) reserve, confirm, release and
-expiry. Every transition is one ``UPDATE … RETURNING`` (two callers racing on one reservation
-see one winner), and ``used_count`` moves in the same transaction as the status. A flash use
-goes back to Redis only after the transaction that ended it committed.
+expiry. A reservation is known by (voucher code, orderId): one order may carry several vouchers,
+and the same orderId reserved on one code never stands in the way on another. Every transition
+is one ``UPDATE … RETURNING`` by (code, orderId) (two callers racing on one reservation see one
+winner), and ``used_count`` moves in the same transaction as the status. A flash use goes back
+to Redis only after the transaction that ended it committed.
 
 ``used_count`` counts the RESERVED and CONFIRMED uses of a voucher; the table's CHECK keeps it
 within ``[0, total_limit]``.
@@ -26,8 +28,8 @@ select discount_amount, per_customer_limit, is_flash from voucher where code = $
 """
 # Read after the lock, so both see every reservation committed before it was granted.
 _EXISTING = """
-select (select row(voucher_code, customer_id, status, discount_amount)
-        from voucher_redemption where order_id = $2) as existing,
+select (select row(customer_id, status, discount_amount)
+        from voucher_redemption where voucher_code = $1 and order_id = $2) as existing,
        (select count(*) from voucher_redemption
         where voucher_code = $1 and customer_id = $3 and status in ('RESERVED', 'CONFIRMED'))
         as active
@@ -52,12 +54,12 @@ class Reserved:
     discount_amount: int = 0
 
 
-def _replay_of(existing: asyncpg.Record | None, code: str, customer_id: int) -> Reserved | None:
-    """The answer an orderId that is already stored gets, or None when it is new."""
+def _replay_of(existing: asyncpg.Record | None, customer_id: int) -> Reserved | None:
+    """The answer a (code, orderId) that is already stored gets, or None when it is new."""
     if existing is None:
         return None
-    stored_code, stored_customer, status, discount = existing
-    if stored_code != code or stored_customer != customer_id:
+    stored_customer, status, discount = existing
+    if stored_customer != customer_id:
         return Reserved(Outcome.ORDER_ID_CONFLICT)
     if status in ACTIVE:
         return Reserved(Outcome.REPLAY, discount)
@@ -75,7 +77,7 @@ async def reserve_ordinary(
             if voucher is None:
                 return Reserved(Outcome.NOT_FOUND)
             row = await conn.fetchrow(_EXISTING, code, request.order_id, request.customer_id)
-            replay = _replay_of(row["existing"], code, request.customer_id)
+            replay = _replay_of(row["existing"], request.customer_id)
             if replay is not None:
                 return replay
             if row["active"] >= voucher["per_customer_limit"]:
@@ -93,7 +95,8 @@ async def reserve_ordinary(
                 return Reserved(Outcome.OUT_OF_STOCK)
             return Reserved(Outcome.RESERVED, voucher["discount_amount"])
     except asyncpg.UniqueViolationError:
-        # The same orderId went in for another voucher at the same moment: it is theirs.
+        # The same (code, orderId) went in meanwhile by a path that does not take the voucher
+        # lock (none does today): it is someone else's until a retry reads it.
         return Reserved(Outcome.ORDER_ID_CONFLICT)
 
 

@@ -3,8 +3,13 @@ Redis's holds against the database's rows, then repairs, then a second look.
 
 Each hold in Redis is an active order (redemption) in the database, or still in flight (in an
 outbox, or Kafka has messages the writer has not committed), else it is a *ghost*; a hold whose
-order the database has ended is *stale*: releasing it is always safe (release is idempotent). An
-active order whose hold Redis no longer has was *lost* (a failover).
+order the database has ended is *stale*: releasing it is always safe, on sale or not (release is
+idempotent, and only the call that removes the hold record gives the unit back), except that one
+the writer refused for capacity is forfeited (its hold dropped, its unit not given back: Redis
+granted a unit it did not have, and giving it back would sell it again). An active order
+whose hold Redis no longer has was *lost* (a failover). An outbox entry no relay visits any more
+(its sale or voucher ended longer ago than a hold can last) is *stuck*, not in flight: delivering
+it to Kafka is as safe as the relay's re-send (the writer stores an orderId once).
 """
 
 from __future__ import annotations
@@ -16,28 +21,44 @@ from typing import Generic, TypeVar
 
 E = TypeVar("E")  # a hold, as the domain releases it (Ended, EndedUse)
 K = TypeVar("K")  # an item id, a voucher code
+P = TypeVar("P")  # where an outbox is: an item's shard, a voucher's code
 R = TypeVar("R")  # a report
 
 # The columns every report ends with, filled by HoldAudit.audit_cells() (jobs/table.py).
-AUDIT_COLUMNS = "holds:>7 outbox:>6 flight:>6 stale:>5 ghost:>5 lost:>5 lag:>6 drift:>5"
+AUDIT_COLUMNS = (
+    "holds:>7 outbox:>6 flight:>6 stuck:>5 stale:>5 ghost:>5 lost:>5 failed:>6 lag:>6 drift:>5"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck(Generic[P]):
+    """An outbox entry that no relay will send any more."""
+
+    place: P
+    order_id: str
+    payload: bytes
 
 
 @dataclass(kw_only=True)
-class HoldAudit(abc.ABC, Generic[E]):
+class HoldAudit(abc.ABC, Generic[E, P]):
     """What a report says about the holds of one item or voucher."""
 
     holds: int = 0
     outbox: int = 0
     in_flight: int = 0
+    stuck: list[Stuck[P]] = field(default_factory=list)
     stale: list[E] = field(default_factory=list)
+    forfeit: set[str] = field(default_factory=set)  # the stale ones refused for capacity
     ghosts: int = 0  # holds with no order anywhere and nothing in flight
     lost: int = 0  # active orders whose hold Redis no longer has
+    failed: int = 0  # orders (uses) the writer refused: not drift, but worth a graph
     kafka_lag: int = 0
 
     @property
     def hold_drift(self) -> int:
-        """Holds Redis should not have, or should have and has not."""
-        return len(self.stale) + self.ghosts + self.lost
+        """Holds Redis should not have, or should have and has not, and events stuck on their
+        way to Kafka."""
+        return len(self.stuck) + len(self.stale) + self.ghosts + self.lost
 
     @property
     @abc.abstractmethod
@@ -50,17 +71,25 @@ class HoldAudit(abc.ABC, Generic[E]):
         statuses: Mapping[str, str],
         active: Collection[str],
         outboxed: Container[str],
+        refused: Container[str] = (),
     ) -> None:
         """Sort Redis's ``holds`` (orderId → the hold, as the domain would release it) by the
         database's ``statuses`` (orderId → status, every order of this item or voucher);
-        ``active`` are the statuses that hold a unit."""
+        ``active`` are the statuses that hold a unit, ``outboxed`` the orderIds in an outbox
+        that a relay still sends, ``refused`` those the writer refused for capacity. A hold
+        whose entry is stuck counts once, as stuck."""
         self.holds = len(holds)
+        stuck = {entry.order_id for entry in self.stuck}
         for order_id, hold in holds.items():
             status = statuses.get(order_id)
             if status in active:
                 continue
             if status is not None:
                 self.stale.append(hold)
+                if order_id in refused:
+                    self.forfeit.add(order_id)
+            elif order_id in stuck:
+                continue
             elif order_id in outboxed or self.kafka_lag > 0:
                 self.in_flight += 1
             else:
@@ -73,9 +102,11 @@ class HoldAudit(abc.ABC, Generic[E]):
             self.holds,
             self.outbox,
             self.in_flight,
+            len(self.stuck),
             len(self.stale),
             self.ghosts,
             self.lost,
+            self.failed,
             self.kafka_lag,
             self.drift,
         )
@@ -86,12 +117,13 @@ async def reconcile_each(
     check: Callable[[K], Awaitable[R]],
     repair: Callable[[R], Awaitable[bool]] | None,
 ) -> list[R]:
-    """``check`` each one; with ``repair``, repair each report, and check again if any repair
-    did something (``repair`` answers whether it did), so the reports say how things are now."""
+    """``check`` each one; with ``repair``, repair each report, and check again those a repair
+    did something to (``repair`` answers whether it did), so the reports say how things are
+    now."""
     reports = [await check(key) for key in keys]
     if repair is None:
         return reports
-    repaired = [await repair(report) for report in reports]
-    if any(repaired):
-        reports = [await check(key) for key in keys]
-    return reports
+    return [
+        await check(key) if await repair(report) else report
+        for key, report in zip(keys, reports, strict=True)
+    ]

@@ -6,28 +6,37 @@ Per item, in a quiet moment, these hold:
 - every hold is an active order in the database, or still in flight (outbox or Kafka lag);
 - every active order in the database has its hold in Redis (else a failover lost it and the
   unit could be sold twice: the database guard would refuse it, but the stock is wrong);
-- ``sold`` = pending + paid.
-Anything else is drift. ``--fix`` releases stale holds at any time; rebuilding a shard from the
-database happens only while the item is paused.
+- ``sold`` = pending + paid;
+- no outbox entry outlives its sale by more than a payment window (the relay stops there).
+Anything else is drift. ``fix`` repairs what is safe while buyers buy (stale holds released,
+stuck outbox entries delivered) at any time; rebuilding a shard from the database (``rebuild``)
+happens only while the item is paused.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import asyncpg
 
 from domain.arm import arm_item
-from domain.order_lifecycle import ACTIVE, Ended, release_units
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, reconcile_each
+from domain.give_back import give_back
+from domain.order_lifecycle import ACTIVE, SOLD_OUT, Ended, release_ended
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Stuck, reconcile_each
+from jobs.outbox_delivery import deliver
+from jobs.repairs import repaired
 from jobs.table import render
 from jobs.writer_lag import writer_lag as writer_lag  # re-exported: the CLI, the load tests
+from kernel.events import OrderPlaced
 from kernel.settings import Settings
 from shard_router import ShardRouter
+from shard_router.reassert import forfeit_order
+from shard_router.stock_events import publish
 
 
 @dataclass
-class ItemReport(HoldAudit[Ended]):
+class ItemReport(HoldAudit[Ended, int]):
     item_id: int
     quantity: int
     sold: int
@@ -45,17 +54,22 @@ class ItemReport(HoldAudit[Ended]):
         return abs(self.unit_drift) + self.hold_drift + abs(self.sold - (self.pending + self.paid))
 
 
+_ITEM = """
+select i.quantity, i.sold, i.shards, i.paused,
+       now() > s.ends_at + make_interval(secs => s.payment_window_seconds) as relay_done,
+       count(*) filter (where o.status = 'PENDING') as pending,
+       count(*) filter (where o.status = 'PAID') as paid,
+       count(*) filter (where o.status = 'FAILED') as failed
+from flash_sale_item i join flash_sale s on s.id = i.sale_id
+left join flash_sale_order o on o.item_id = i.id
+where i.id = $1 group by i.id, s.id
+"""
+
+
 async def reconcile_item(
     pool: asyncpg.Pool, router: ShardRouter, item_id: int, kafka_lag: int
 ) -> ItemReport:
-    row = await pool.fetchrow(
-        "select i.quantity, i.sold, i.shards, i.paused,"
-        " count(*) filter (where o.status = 'PENDING') as pending,"
-        " count(*) filter (where o.status = 'PAID') as paid"
-        " from flash_sale_item i left join flash_sale_order o on o.item_id = i.id"
-        " where i.id = $1 group by i.id",
-        item_id,
-    )
+    row = await pool.fetchrow(_ITEM, item_id)
     if row is None:
         raise LookupError(f"item {item_id} does not exist")
     report = ItemReport(
@@ -65,6 +79,7 @@ async def reconcile_item(
         row["pending"],
         row["paid"],
         row["paused"],
+        failed=row["failed"],
         kafka_lag=kafka_lag,
     )
     shards: int = row["shards"]
@@ -75,15 +90,62 @@ async def reconcile_item(
         report.outbox += state.outbox
         for order_id, user_id in (await router.holds(item_id, state.shard)).items():
             holds[order_id] = Ended(order_id, item_id, shards, state.shard, user_id)
-        outboxed.update((await router.outbox(item_id, state.shard)).keys())
-    statuses = {
-        str(r["id"]): r["status"]
-        for r in await pool.fetch(
-            "select id, status from flash_sale_order where item_id = $1", item_id
-        )
-    }
-    report.audit_holds(holds, statuses, ACTIVE, outboxed)
+        entries = await router.outbox(item_id, state.shard) if state.outbox else {}
+        if row["relay_done"]:  # no gateway relays this sale's outboxes any more
+            report.stuck += [Stuck(state.shard, o, payload) for o, payload in entries.items()]
+        else:
+            outboxed.update(entries)
+    rows = await pool.fetch(
+        "select id::text as id, status, failure_reason from flash_sale_order where item_id = $1",
+        item_id,
+    )
+    statuses = {r["id"]: r["status"] for r in rows}
+    refused = {r["id"] for r in rows if (r["failure_reason"] or "").startswith(SOLD_OUT)}
+    report.audit_holds(holds, statuses, ACTIVE, outboxed, refused)
     return report
+
+
+async def _end_stale(router: ShardRouter, report: ItemReport) -> int:
+    """Release the stale holds, forfeit those refused for capacity; how many units went back."""
+    released = await release_ended(
+        router, [o for o in report.stale if o.order_id not in report.forfeit]
+    )
+    repaired("released_hold", len(released))
+    forfeited = await give_back(
+        [o for o in report.stale if o.order_id in report.forfeit],
+        lambda o: forfeit_order(router, o.item_id, o.shards, o.unit_shard, o.user_id, o.order_id),
+    )
+    repaired("forfeited_hold", len(forfeited))
+    return len(released)
+
+
+async def repair_item(
+    cfg: Settings, pool: asyncpg.Pool, router: ShardRouter, report: ItemReport, rebuild: bool
+) -> bool:
+    """Deliver its stuck outbox entries and end its stale holds, both safe on sale; with
+    ``rebuild``, reload a drifted paused item's shards. Whether anything was done."""
+
+    def ack(shard: int, order_ids: list[str]) -> asyncio.Future[object]:
+        return router.ack_outbox(report.item_id, shard, order_ids)
+
+    delivered = await deliver(cfg, cfg.orders_topic, OrderPlaced, report.stuck, ack)
+    repaired("delivered_outbox_entry", delivered)
+    if await _end_stale(router, report):  # gateways drop its sold-out flag, as after expiry
+        await publish(router.client, "restock", report.item_id)
+    drifted = bool(report.unit_drift or report.lost or report.ghosts)
+    rebuilt = rebuild and report.paused and drifted
+    if rebuilt:
+        await arm_item(pool, router, report.item_id)
+        repaired("rebuilt_item", 1)
+    return bool(delivered or report.stale or rebuilt)
+
+
+# Items whose sale is armed and ended less than a day ago (or has not): what the gateways keep
+# in their catalogs too. An older one needs --item.
+_RECENT = """
+select i.id from flash_sale_item i join flash_sale s on s.id = i.sale_id
+where s.armed_at is not null and s.ends_at > now() - interval '1 day' order by i.id
+"""
 
 
 async def reconcile(
@@ -93,29 +155,27 @@ async def reconcile(
     item_ids: list[int] | None = None,
     *,
     fix: bool = False,
+    rebuild: bool = True,
 ) -> list[ItemReport]:
-    """Every item of an armed sale (or these items); ``fix`` releases stale holds and rebuilds
-    the shards of a drifted item that is paused."""
+    """Every item of a sale armed and ended less than a day ago (or these items); ``fix``
+    repairs what is safe on sale, and with ``rebuild`` the shards of a drifted paused item."""
     if item_ids is None:
-        item_ids = [
-            r["id"]
-            for r in await pool.fetch(
-                "select i.id from flash_sale_item i join flash_sale s on s.id = i.sale_id"
-                " where s.armed_at is not null order by i.id"
-            )
-        ]
-    lag = writer_lag(cfg)
+        item_ids = [r["id"] for r in await pool.fetch(_RECENT)]
+    if not item_ids:
+        return []
+    lag: int | None = None  # read before the first check, and again after a delivery
 
     async def check(item_id: int) -> ItemReport:
+        nonlocal lag
+        if lag is None:
+            lag = await asyncio.to_thread(writer_lag, cfg)
         return await reconcile_item(pool, router, item_id, lag)
 
     async def repair(report: ItemReport) -> bool:
-        if report.stale:
-            await release_units(router, report.stale)
-        rebuild = report.paused and bool(report.unit_drift or report.lost or report.ghosts)
-        if rebuild:
-            await arm_item(pool, router, report.item_id)
-        return bool(report.stale) or rebuild
+        nonlocal lag
+        if report.stuck:
+            lag = None  # what is delivered is the writer's lag now, not drift
+        return await repair_item(cfg, pool, router, report, rebuild)
 
     return await reconcile_each(item_ids, check, repair if fix else None)
 

@@ -6,27 +6,35 @@ Per voucher, in a quiet moment, these hold:
 - flash: Redis uses left + holds = total_limit (no use leaked or invented);
 - flash: every hold is an active redemption in the database, or still in flight (outbox or
   Kafka lag), else it is a *ghost*; a hold whose redemption has ended is *stale*;
-- flash: every active redemption has its hold in Redis, else it was *lost* (a failover).
-Anything else is drift. ``--fix`` releases stale holds; a ghost or a lost hold needs
-``flashsale voucher arm`` in a quiet moment.
+- flash: every active redemption has its hold in Redis, else it was *lost* (a failover);
+- flash: no outbox entry outlives its voucher by more than a hold window.
+Anything else is drift. ``fix`` releases stale holds and delivers stuck outbox entries (both
+safe while customers reserve); a ghost or a lost hold needs ``flashsale voucher arm``.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 import asyncpg
 
-from domain.voucher_lifecycle import ACTIVE, EndedUse, release_uses
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, reconcile_each
+from domain.give_back import give_back
+from domain.voucher_arm import OUT_OF_STOCK
+from domain.voucher_lifecycle import ACTIVE, EndedUse
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Stuck, reconcile_each
+from jobs.outbox_delivery import deliver
+from jobs.repairs import repaired
 from jobs.table import render
 from jobs.writer_lag import writer_lag
-from kernel.settings import Settings
+from kernel.events import VoucherReserved
+from kernel.settings import Settings, settings
+from shard_router.reassert import forfeit_use
 from shard_router.vouchers import VoucherStore
 
 
 @dataclass
-class VoucherReport(HoldAudit[EndedUse]):
+class VoucherReport(HoldAudit[EndedUse, str]):
     code: str
     is_flash: bool
     total_limit: int
@@ -48,19 +56,26 @@ class VoucherReport(HoldAudit[EndedUse]):
 
 
 async def reconcile_voucher(
-    pool: asyncpg.Pool, store: VoucherStore, code: str, kafka_lag: int
+    pool: asyncpg.Pool, store: VoucherStore, code: str, kafka_lag: int, hold_s: int | None = None
 ) -> VoucherReport:
+    """``hold_s``: how long a reservation may be held (default: the settings'); an outbox entry
+    of a voucher that ended longer ago than that is stuck."""
+    if hold_s is None:
+        hold_s = settings().voucher_hold_seconds
     voucher = await pool.fetchrow(
-        "select total_limit, used_count, is_flash from voucher where code = $1", code
+        "select total_limit, used_count, is_flash,"
+        " now() > ends_at + make_interval(secs => $2) as relay_done from voucher where code = $1",
+        code,
+        hold_s,
     )
     if voucher is None:
         raise LookupError(f"voucher {code} does not exist")
-    statuses: dict[str, str] = {
-        r["order_id"]: r["status"]
-        for r in await pool.fetch(
-            "select order_id, status from voucher_redemption where voucher_code = $1", code
-        )
-    }
+    rows = await pool.fetch(
+        "select order_id, status, failure_reason from voucher_redemption where voucher_code = $1",
+        code,
+    )
+    statuses: dict[str, str] = {r["order_id"]: r["status"] for r in rows}
+    refused = {r["order_id"] for r in rows if (r["failure_reason"] or "").startswith(OUT_OF_STOCK)}
     counts = list(statuses.values())
     report = VoucherReport(
         code,
@@ -69,6 +84,7 @@ async def reconcile_voucher(
         voucher["used_count"],
         counts.count("RESERVED"),
         counts.count("CONFIRMED"),
+        failed=counts.count("FAILED"),
     )
     if not report.is_flash:
         return report
@@ -76,9 +92,32 @@ async def reconcile_voucher(
     state = await store.state(code)
     report.remaining, report.outbox = state.remaining, state.outbox
     holds = {o: EndedUse(code, o, c, True) for o, c in (await store.holds(code)).items()}
-    outboxed = (await store.outbox(code)).keys()
-    report.audit_holds(holds, statuses, ACTIVE, outboxed)
+    entries = await store.outbox(code) if state.outbox else {}
+    if voucher["relay_done"]:  # no gateway relays this voucher's outbox any more
+        report.stuck = [Stuck(code, o, payload) for o, payload in entries.items()]
+        entries = {}
+    report.audit_holds(holds, statuses, ACTIVE, entries.keys(), refused)
     return report
+
+
+async def repair_voucher(cfg: Settings, store: VoucherStore, report: VoucherReport) -> bool:
+    """Deliver its stuck outbox entries, release its stale holds (forfeit those refused for the
+    voucher's limit); whether anything was done."""
+    delivered = await deliver(
+        cfg, cfg.vouchers_topic, VoucherReserved, report.stuck, store.ack_outbox
+    )
+    repaired("delivered_outbox_entry", delivered)
+    released = await give_back(
+        [use for use in report.stale if use.order_id not in report.forfeit],
+        lambda use: store.release(use.code, use.order_id),
+    )
+    repaired("released_hold", len(released))
+    forfeited = await give_back(
+        [use for use in report.stale if use.order_id in report.forfeit],
+        lambda use: forfeit_use(store.router, use.code, use.order_id),
+    )
+    repaired("forfeited_hold", len(forfeited))
+    return bool(delivered or report.stale)
 
 
 async def reconcile_vouchers(
@@ -89,7 +128,7 @@ async def reconcile_vouchers(
     *,
     fix: bool = False,
 ) -> list[VoucherReport]:
-    """Every voucher live in the last day (or these codes); ``fix`` releases stale holds."""
+    """Every voucher live in the last day (or these codes); ``fix`` repairs what is safe live."""
     if codes is None:
         codes = [
             r["code"]
@@ -97,14 +136,22 @@ async def reconcile_vouchers(
                 "select code from voucher where ends_at > now() - interval '1 day' order by code"
             )
         ]
-    lag = writer_lag(cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
+    if not codes:
+        return []
+    lag: int | None = None  # read before the first check, and again after a delivery
 
     async def check(code: str) -> VoucherReport:
-        return await reconcile_voucher(pool, store, code, lag)
+        nonlocal lag
+        if lag is None:
+            group = cfg.voucher_writer_group
+            lag = await asyncio.to_thread(writer_lag, cfg, cfg.vouchers_topic, group)
+        return await reconcile_voucher(pool, store, code, lag, cfg.voucher_hold_seconds)
 
     async def repair(report: VoucherReport) -> bool:
-        await release_uses(store, report.stale)
-        return bool(report.stale)
+        nonlocal lag
+        if report.stuck:
+            lag = None  # what is delivered is the writer's lag now, not drift
+        return await repair_voucher(cfg, store, report)
 
     return await reconcile_each(codes, check, repair if fix else None)
 

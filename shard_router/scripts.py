@@ -1,4 +1,8 @@
-"""The Lua scripts of lua/, read once and named by their SHA1 for EVALSHA."""
+"""The Lua scripts of lua/, read once and named by their SHA1 for EVALSHA.
+
+Every one of them changes state, so the auto-pipeline confirms a batch holding any of them on
+the replica (WAIT); a read-only script added here would need telling apart.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +33,10 @@ UNCLAIM = _load("unclaim")
 LOAD = _load("load")  # an item shard and a flash voucher alike
 VOUCHER_RESERVE = _load("voucher_reserve")
 VOUCHER_RELEASE = _load("voucher_release")
+REASSERT = _load("reassert")  # the writer: a stored order's hold and dedup entry, once
+FORFEIT = _load("forfeit")  # the writer: a refused order's hold, without its unit
+VOUCHER_REASSERT = _load("voucher_reassert")
+VOUCHER_FORFEIT = _load("voucher_forfeit")
 
 ALL = (
     RESERVE,
@@ -39,4 +47,8 @@ ALL = (
     LOAD,
     VOUCHER_RESERVE,
     VOUCHER_RELEASE,
+    REASSERT,
+    FORFEIT,
+    VOUCHER_REASSERT,
+    VOUCHER_FORFEIT,
 )

@@ -1,6 +1,6 @@
-"""The writer's loop: poll a batch, store it, dead-letter, give holds back, commit offsets.
+"""The writer's loop: poll a batch, store it, dead-letter, settle Redis, commit offsets.
 One loop per stream (writer/stream.py): the orders topic, and the vouchers topic (flash voucher
-uses, whose refused holds go back and whose outbox entries are dropped in step 4 the same way).
+uses, settled in step 4 the same way).
 
 Per batch, strictly in this order (a crash between any two steps redelivers the whole batch, and
 every step is idempotent, so the outcome equals one clean pass):
@@ -8,9 +8,10 @@ every step is idempotent, so the outcome equals one clean pass):
 1. parse: decode and validate (pure); poison and unsupported events become dead letters;
 2. store: one PostgreSQL transaction (writer/sink.py), retried with bounded backoff;
 3. dead-letter: refused rows and poison, flushed and acknowledged;
-4. Redis: release the hold of every refused row (also of one refused by an earlier pass: a
-   crash may have come between its commit and its release), and drop stored rows from their
-   outbox;
+4. Redis (writer/settle.py): give back (or, refused for capacity, forfeit) the hold of every
+   refused row (also of one refused by an earlier pass: a crash may have come between its
+   commit and its release), re-assert the holds of the stored rows, and drop stored rows from
+   their outbox;
 5. commit the batch's Kafka offsets, synchronously.
 
 A step that keeps failing past its budget raises RetriesExhausted and the writer stops without
@@ -22,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter, defaultdict
-from collections.abc import Awaitable, Hashable, Sequence
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic
 
@@ -33,10 +34,11 @@ from writer import metrics
 from writer.batch import DeadLetter, E, Record, Row, parse
 from writer.deadletter import DeadLetterProducer
 from writer.errors import DeadLetterUndelivered
-from writer.retry import Backoff, db_rejected, db_retriable, never, redis_retriable, retrying
+from writer.retry import Backoff, db_rejected, db_retriable, never, retrying
+from writer.settle import Settler
 from writer.sink import Sink, Written
 from writer.source import EventSource
-from writer.stream import RELEASED, Decision, Fate, Locked, Stream
+from writer.stream import Fate, Stream
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,7 @@ class StreamWriter(Generic[E]):
         self.deadletter = deadletter
         self.router = router
         self.backoff = backoff or Backoff()
+        self.settler = Settler(sink, router, self.backoff)
         self.stats = stats or WriterStats()
 
     async def run(self, stop: asyncio.Event, *, once: bool = False) -> None:
@@ -100,7 +103,7 @@ class StreamWriter(Generic[E]):
             failpoint(f"{self.stream.failpoints}.after_commit")
         letters = batch.dead_letters + rejected + _dead_letters(written)
         await self._dead_letter(letters)
-        await self._settle_redis(written)
+        await self.settler.settle(written)
         await self.source.commit(batch.offsets)
         self._count(len(records), written, letters)
 
@@ -148,36 +151,6 @@ class StreamWriter(Generic[E]):
             await retrying("deadletter", attempt, never, self.backoff)
             for letter in letters:
                 metrics.DEAD_LETTERS.labels(letter.kind).inc()
-
-    async def _settle_redis(self, written: Written[E]) -> None:
-        # Once per hold: an orderId refused for two targets (batches split one by one) holds two.
-        releases = {
-            (d.row.target, d.row.order_id): d for d in written.decisions if d.fate in RELEASED
-        }
-        drops: defaultdict[Hashable, set[str]] = defaultdict(set)
-        for d in written.decisions:
-            if (outbox := self.stream.outbox(d)) is not None:
-                drops[outbox].add(d.row.order_id)
-
-        async def attempt() -> None:
-            calls: list[Awaitable[object]] = [
-                self._release(d, written.locked) for d in releases.values()
-            ]
-            calls += [
-                self.stream.drop(self.router, outbox, sorted(ids)) for outbox, ids in drops.items()
-            ]
-            outcomes = await asyncio.gather(*calls, return_exceptions=True)
-            failures = [o for o in outcomes if isinstance(o, BaseException)]
-            if failures:
-                raise failures[0]
-
-        if releases or drops:
-            await retrying("redis", attempt, redis_retriable, self.backoff)
-
-    async def _release(self, decision: Decision[E], locked: Locked) -> None:
-        if await self.stream.release(self.router, decision, locked):
-            noun, order_id = self.stream.noun, decision.row.order_id
-            log.info("%s %s refused (%s): its hold given back", noun, order_id, decision.reason)
 
     async def _refresh_lag(self) -> None:
         # Local to librdkafka (position and the high watermark of the last fetch): cheap.

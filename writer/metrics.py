@@ -50,6 +50,20 @@ VOUCHER_USES = Counter(
     ["fate"],
     registry=REGISTRY,
 )
+REASSERTED = Counter(
+    "flashsale_writer_reasserted_total",
+    "Holds (part: hold) and buyers' dedup entries (part: buyer) of stored rows that Redis had"
+    " forgotten (a failover), written back by the writer, by stream and outcome: restored (a"
+    " unit taken with it), unbacked (the stock was 0: written without one)",
+    ["stream", "part", "outcome"],
+    registry=REGISTRY,
+)
+FORFEITED = Counter(
+    "flashsale_writer_forfeited_total",
+    "Holds of rows refused for capacity, dropped without giving their unit back, by stream",
+    ["stream"],
+    registry=REGISTRY,
+)
 RETRIES = Counter(
     "flashsale_writer_retries_total",
     "Retried attempts of a step (db, deadletter, redis)",

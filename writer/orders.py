@@ -2,8 +2,10 @@
 
 Items are locked by id; a buyer holds at most one active (PENDING or PAID) order per item, as the
 unique index flash_sale_order_one_active enforces too; any conflict skips a row (and is then a
-race: writer/sink.py decides again). A refused order gives its unit back to the shard it came
-from and frees the buyer's dedup entry on their home shard.
+race: writer/sink.py decides again). A refused order frees the buyer's dedup entry on their home
+shard and gives its unit back to the shard it came from, except when it was refused because the
+item was sold out: then its hold goes without the unit (Redis sold one it did not have). Every
+stored order is re-asserted on its unit's shard and its buyer's home shard (writer/settle.py).
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Set
 
+from domain.order_lifecycle import ACTIVE, SOLD_OUT
 from kernel.events import Event, OrderPlaced
 from shard_router import ShardRouter
+from shard_router.reassert import Reasserted, forfeit_order, reassert_order
 from writer import metrics
 from writer.batch import BIGINT, SMALLINT, InvalidEvent, Record, Row, in_range, timestamp
 from writer.sql import Schema
-from writer.stream import Decision, Fate, Locked, Stream
+from writer.stream import Decision, Fate, Holder, Locked, Stream
 
 Order = Row[OrderPlaced]
 
@@ -25,13 +29,14 @@ SCHEMA = Schema(
     columns="id uuid, item_id bigint, user_id bigint, shard smallint, created_at timestamptz,"
     " expires_at timestamptz",
     accepted="PENDING",
-    holding="'PENDING', 'PAID'",
+    holding=ACTIVE,
     conflict="",
     counter="flash_sale_item",
     counter_key="id",
     taken="sold",
     capacity="quantity",
     per_buyer="1",  # flash_sale_order_one_active holds to it too
+    place="shard",
 )
 
 
@@ -51,14 +56,20 @@ def to_order(record: Record, event: OrderPlaced) -> Order:
 
 
 class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
+    name = "orders"
     noun = "order"
     schema = SCHEMA
     unknown = Fate.UNKNOWN_ITEM
     metric = metrics.ORDERS
     failpoints = "writer"
+    exhausted = SOLD_OUT
 
     def row(self, record: Record, event: Event) -> Order | None:
         return to_order(record, event) if isinstance(event, OrderPlaced) else None
+
+    def holder(self, row: Order) -> Holder:
+        e = row.event
+        return Holder(e.order_id, e.item_id, e.user_id, e.shard)
 
     def unknown_reason(self, row: Order) -> str:
         return f"unknown item {row.target}"
@@ -68,16 +79,27 @@ class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
         return f"already active: user {row.buyer} holds order {held} for item {row.target}"
 
     def exhausted_reason(self, row: Order, capacity: int) -> str:
-        return f"sold out: item {row.target} has no unit left of {capacity}"
+        return f"{self.exhausted}: item {row.target} has no unit left of {capacity}"
 
-    async def release(
-        self, router: ShardRouter, decision: Decision[OrderPlaced], locked: Locked
-    ) -> bool:
-        e = decision.row.event
-        item = locked.get(e.item_id)
-        if item is None:
+    async def release(self, router: ShardRouter, holder: Holder, locked: Locked) -> bool:
+        if (shards := _shards(holder, locked)) is None:
             return False
-        return await router.release(e.item_id, item["shards"], e.shard, e.user_id, e.order_id)
+        h = holder
+        return await router.release(h.target, shards, _place(h), h.buyer, h.order_id)
+
+    async def forfeit(self, router: ShardRouter, holder: Holder, locked: Locked) -> bool:
+        if (shards := _shards(holder, locked)) is None:
+            return False
+        h = holder
+        return await forfeit_order(router, h.target, shards, _place(h), h.buyer, h.order_id)
+
+    async def reassert(
+        self, router: ShardRouter, holder: Holder, locked: Locked
+    ) -> Reasserted | None:
+        if (shards := _shards(holder, locked)) is None:
+            return None
+        h = holder
+        return await reassert_order(router, h.target, shards, _place(h), h.buyer, h.order_id)
 
     def outbox(self, decision: Decision[OrderPlaced]) -> tuple[int, int] | None:
         # An order of no known item has no outbox to be dropped from.
@@ -90,6 +112,17 @@ class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
     ) -> Awaitable[object]:
         item_id, shard = outbox
         return router.ack_outbox(item_id, shard, order_ids)
+
+
+def _shards(holder: Holder, locked: Locked) -> int | None:
+    """The item's shard count, from its row the batch locked; None for an unknown item."""
+    item = locked.get(holder.target)
+    return None if item is None else int(item["shards"])
+
+
+def _place(holder: Holder) -> int:
+    assert holder.place is not None, "an order's hold names the shard its unit came from"
+    return holder.place
 
 
 ORDERS = OrderStream()

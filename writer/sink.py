@@ -7,10 +7,10 @@ Inside the transaction, in this order:
 1. lock the batch's targets, items or vouchers (``FOR UPDATE``, in id or code order, as every
    other locker takes them, so none deadlock): the lock serialises every writer's capacity and
    per-buyer checks for a target;
-2. an orderId already stored is a duplicate (a redelivery): nothing changes, except that a row
-   stored ``FAILED`` earlier is reported again so its hold is released again (idempotent), and
-   that a voucher use's orderId stored for another voucher or customer is a conflict: no row,
-   its hold is released;
+2. a row already stored (by orderId; a voucher use by (code, orderId)) is a duplicate (a
+   redelivery): nothing changes, except that a row stored ``FAILED`` earlier is reported again
+   so its hold is given back again (idempotent), and that a voucher use stored for another
+   customer is a conflict: no row, its hold is released;
 3. walk the new rows in batch order: refuse one whose buyer already holds the per-buyer limit
    of active rows for the target (one order per item, ``per_customer_limit`` uses per voucher),
    or that finds no capacity left (``quantity - sold``, ``total_limit - used_count``); accept
@@ -18,7 +18,10 @@ Inside the transaction, in this order:
 4. insert accepted rows (PENDING orders, RESERVED uses) and refused ones ``FAILED`` with their
    reason (``ON CONFLICT DO NOTHING``; every row must come back, or someone raced us: retry);
 5. advance ``sold`` (``used_count``) by the accepted count per target, guarded by
-   ``sold + n <= quantity`` (``used_count + n <= total_limit``).
+   ``sold + n <= quantity`` (``used_count + n <= total_limit``);
+6. list the holds Redis must have (writer/settle.py re-asserts them): the batch's active rows,
+   and every active row of a target that refused one, since a refusal means Redis granted
+   what the database did not have: it may have forgotten any of that target's holds.
 
 A crash anywhere before the commit leaves nothing; a redelivery after it finds every orderId
 stored and decides the same, so any number of passes equals one clean pass.
@@ -29,7 +32,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic
 
 import asyncpg
@@ -39,7 +42,7 @@ from writer.batch import E, Row
 from writer.errors import RaceLost
 from writer.rules import decide
 from writer.sql import statements
-from writer.stream import Decision, Fate, Locked, Stream
+from writer.stream import GIVEN_BACK, Decision, Fate, Holder, Locked, Stream
 
 TRANSACTION_TIMEOUT_S = 30.0
 ACQUIRE_TIMEOUT_S = 10.0
@@ -47,13 +50,19 @@ ACQUIRE_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True, slots=True)
 class Written(Generic[E]):
-    """What the transaction decided, and the target rows it locked."""
+    """What the transaction decided, the target rows it locked, and the holds Redis must have
+    now (step 6)."""
 
     decisions: list[Decision[E]]
     locked: Locked
+    holders: list[Holder] = field(default_factory=list)
 
     def __add__(self, other: Written[E]) -> Written[E]:
-        return Written(self.decisions + other.decisions, {**self.locked, **other.locked})
+        return Written(
+            self.decisions + other.decisions,
+            {**self.locked, **other.locked},
+            self.holders + other.holders,
+        )
 
 
 class Sink(Generic[E]):
@@ -73,17 +82,44 @@ class Sink(Generic[E]):
                     failpoint(f"{self.stream.failpoints}.before_commit")
         return written
 
+    async def ended(self, holders: Sequence[Holder]) -> list[Holder]:
+        """Those of ``holders`` whose row is no longer active (ended since it was stored)."""
+        if not holders:
+            return []
+        targets = [h.target for h in holders]
+        order_ids = [h.order_id for h in holders]
+        async with asyncio.timeout(TRANSACTION_TIMEOUT_S):
+            rows = await self.pool.fetch(self.sql.still_active, targets, order_ids)
+        active = {(row["target"], row["order_id"]) for row in rows}
+        return [h for h in holders if h.hold not in active]
+
     async def _write(self, conn: Any, rows: Sequence[Row[E]]) -> Written[E]:
         targets = sorted({row.target for row in rows})
         locked = {row["target"]: row for row in await conn.fetch(self.sql.lock, targets)}
         keys = [row.key for row in rows]
-        stored = {row["order_key"]: row for row in await conn.fetch(self.sql.stored, keys)}
+        by = [[row.target for row in rows], keys] if self.stream.schema.per_target else [keys]
+        stored = {
+            self.stream.stored_identity(row): row for row in await conn.fetch(self.sql.stored, *by)
+        }
         buyers = [row.buyer for row in rows]
         active = await conn.fetch(self.sql.active, [row.target for row in rows], buyers)
         decisions = decide(self.stream, rows, locked, stored, active)
         await self._insert(conn, decisions)
         await self._advance(conn, decisions)
-        return Written(decisions, locked)
+        return Written(decisions, locked, await self._holders(conn, decisions))
+
+    async def _holders(self, conn: Any, decisions: list[Decision[E]]) -> list[Holder]:
+        holders: dict[tuple[Any, str], Holder] = {}
+        for d in decisions:
+            if d.active:
+                holder = self.stream.holder(d.row)
+                holders[holder.hold] = holder
+        refused = sorted({d.row.target for d in decisions if d.fate in GIVEN_BACK})
+        if refused:
+            for row in await conn.fetch(self.sql.holders, refused):
+                h = Holder(row["order_id"], row["target"], row["buyer"], row["place"])
+                holders.setdefault(h.hold, h)
+        return list(holders.values())
 
     async def _insert(self, conn: Any, decisions: list[Decision[E]]) -> None:
         new = [d for d in decisions if d.fate in (Fate.INSERTED, Fate.REFUSED)]

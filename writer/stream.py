@@ -1,8 +1,9 @@
 """What differs between the writer's two streams, as one strategy: the orders topic
 (writer/orders.py) and the vouchers topic (writer/vouchers.py, flash voucher uses). The batched
-sink (writer/sink.py, its SQL in writer/sql.py), its rules (writer/rules.py) and the loop
-(writer/consumer.py) are written once, against this: a stream brings its event type, its tables,
-its refusal reasons and what a refusal gives back in Redis."""
+sink (writer/sink.py, its SQL in writer/sql.py), its rules (writer/rules.py), the loop
+(writer/consumer.py) and the Redis settling (writer/settle.py) are written once, against this: a
+stream brings its event type, its tables, its refusal reasons and its Redis calls: give a hold
+back, forfeit it (no unit back), re-assert it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from prometheus_client import Counter
 
 from kernel.events import Event
 from shard_router import ShardRouter
+from shard_router.reassert import Reasserted
 from writer.batch import E, Record, Row
 from writer.sql import Schema
 
@@ -28,14 +30,14 @@ Locked = Mapping[Any, Mapping[str, Any]]
 class Fate(enum.Enum):
     INSERTED = "inserted"  # stored now (PENDING, RESERVED)
     DUPLICATE = "duplicate"  # already stored (or earlier in this batch): nothing to do
-    REFUSED = "refused"  # stored now, FAILED: dead-letter it and release its hold
-    FAILED_BEFORE = "failed_before"  # stored FAILED by an earlier pass: release again
-    CONFLICT = "conflict"  # the orderId is another voucher's or customer's: release, no row
+    REFUSED = "refused"  # stored now, FAILED: dead-letter it, give back (or forfeit) its hold
+    FAILED_BEFORE = "failed_before"  # stored FAILED by an earlier pass: give back again
+    CONFLICT = "conflict"  # the (code, orderId) is another customer's: release, no row
     UNKNOWN_ITEM = "unknown_item"  # no such item: nothing stored, dead-letter only
     UNKNOWN_VOUCHER = "unknown_voucher"  # no such voucher: nothing stored, dead-letter only
 
 
-RELEASED = (Fate.REFUSED, Fate.FAILED_BEFORE, Fate.CONFLICT)
+GIVEN_BACK = (Fate.REFUSED, Fate.FAILED_BEFORE, Fate.CONFLICT)  # refusals, whose hold goes
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,21 +45,59 @@ class Decision(Generic[E]):
     row: Row[E]
     fate: Fate
     reason: str = ""
+    # A refusal for the target's capacity: Redis granted a unit the database did not have, so
+    # its hold is forfeited, never given back (which would sell it again, to be refused again).
+    forfeit: bool = False
+    # Stored and active after this batch (inserted now, or stored earlier and still active):
+    # Redis must hold its unit, so it is re-asserted.
+    active: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """One row's hold in Redis, as the Redis calls name it (from its event or its stored row)."""
+
+    order_id: str
+    target: Any  # the item id, the voucher code
+    buyer: int
+    place: int | None  # where the unit is held: the item's shard it came from; None (a voucher)
+
+    @property
+    def hold(self) -> tuple[Any, str]:
+        return self.target, self.order_id
 
 
 class Stream(ABC, Generic[E, K]):
     """One stream's particulars: a subclass sets these and implements the hooks; one instance
     each (writer.orders.ORDERS, writer.vouchers.VOUCHERS)."""
 
+    name: str  # "orders", "vouchers": a metrics label
     noun: str  # "order", "voucher use": in logs and dead-letter reasons; plural with an s
     schema: Schema
     unknown: Fate  # the fate of a row whose target does not exist
     metric: Counter  # this stream's rows, by fate
     failpoints: str  # "<failpoints>.before_commit", "<failpoints>.after_commit"
+    exhausted: str  # how exhausted_reason() begins: tells a stored capacity refusal apart
 
     @abstractmethod
     def row(self, record: Record, event: Event) -> Row[E] | None:
         """None for an event of the other stream; raises InvalidEvent."""
+
+    @abstractmethod
+    def holder(self, row: Row[E]) -> Holder: ...
+
+    def identity(self, row: Row[E]) -> Hashable:
+        """What tells rows apart: the orderId, or (target, orderId) for a per-target schema."""
+        return (row.target, row.key) if self.schema.per_target else row.key
+
+    def stored_identity(self, stored: Mapping[str, Any]) -> Hashable:
+        """The same, of a stored row read by the ``stored`` statement."""
+        key = stored["order_key"]
+        return (stored["order_target"], key) if self.schema.per_target else key
+
+    def forfeits(self, reason: str) -> bool:
+        """Was a stored refusal one for capacity (its hold forfeited, not given back)?"""
+        return reason.startswith(self.exhausted)
 
     @abstractmethod
     def unknown_reason(self, row: Row[E]) -> str: ...
@@ -70,16 +110,27 @@ class Stream(ABC, Generic[E, K]):
     def exhausted_reason(self, row: Row[E], capacity: int) -> str: ...
 
     def conflict(self, row: Row[E], stored: Mapping[str, Any]) -> str | None:
-        """Why ``stored``, found under the row's orderId, is not this row; None when it is."""
+        """Why ``stored``, found under the row's identity, is not this row; None when it is."""
         return None
 
-    # Redis, once the batch is stored: what a refusal gives back, which outbox entries go.
+    # Redis, once the batch is stored: what a refusal gives back or forfeits, what a stored row
+    # re-asserts, which outbox entries go. Each call is idempotent. ``locked`` holds the
+    # counting rows the batch's transaction read (an item's shards).
 
     @abstractmethod
-    def release(
-        self, router: ShardRouter, decision: Decision[E], locked: Locked
-    ) -> Awaitable[bool]:
-        """Give back what a refused row holds (once); whether it went back now."""
+    def release(self, router: ShardRouter, holder: Holder, locked: Locked) -> Awaitable[bool]:
+        """Give back what a refused (or ended) row holds, its unit included; whether it went
+        back now."""
+
+    @abstractmethod
+    def forfeit(self, router: ShardRouter, holder: Holder, locked: Locked) -> Awaitable[bool]:
+        """Drop a refused row's hold without its unit; whether a hold was dropped now."""
+
+    @abstractmethod
+    def reassert(
+        self, router: ShardRouter, holder: Holder, locked: Locked
+    ) -> Awaitable[Reasserted | None]:
+        """Make Redis hold what the stored row holds; None when its target is not locked."""
 
     @abstractmethod
     def outbox(self, decision: Decision[E]) -> K | None:

@@ -1,11 +1,13 @@
 """The vouchers stream: VoucherReserved events (flash voucher uses Redis granted) from the
 vouchers topic become voucher_redemption rows.
 
-Vouchers are locked in code order, as the expiry job locks them, so the two never deadlock; a
-customer holds at most ``per_customer_limit`` active (RESERVED or CONFIRMED) uses of a voucher.
-Only an orderId conflict skips a row (an ordinary reservation may take one at any time), and an
-orderId stored for another voucher or customer is a conflict: no row, the hold goes back. A
-refused use gives its hold back in Redis.
+A use is known by (code, orderId): one order may carry several vouchers, each reserved under
+the order's id. Vouchers are locked in code order, as the expiry job locks them, so the two never
+deadlock; a customer holds at most ``per_customer_limit`` active (RESERVED or CONFIRMED) uses of
+a voucher. Only a (code, orderId) conflict skips a row, and one stored for another customer is a
+conflict: no row, the hold goes back. A use refused for the customer's limit gives its use back
+in Redis; one refused for the voucher's total limit forfeits its hold without the use (Redis
+granted one it did not have). Every stored use is re-asserted (writer/settle.py).
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping, Set
 from typing import Any
 
+from domain.voucher_arm import OUT_OF_STOCK
+from domain.voucher_lifecycle import ACTIVE
 from domain.vouchers import valid_code, valid_order_id
 from kernel.events import Event, VoucherReserved
 from shard_router import ShardRouter, VoucherStore
+from shard_router.reassert import Reasserted, forfeit_use, reassert_use
 from writer import metrics
 from writer.batch import BIGINT, InvalidEvent, Record, Row, in_range, timestamp
 from writer.sql import Schema
-from writer.stream import Decision, Fate, Locked, Stream
+from writer.stream import Decision, Fate, Holder, Locked, Stream
 
 Redemption = Row[VoucherReserved]
 
@@ -28,13 +33,14 @@ SCHEMA = Schema(
     columns="order_id text, voucher_code text, customer_id bigint, order_amount bigint,"
     " discount_amount bigint, reserved_at timestamptz, expires_at timestamptz",
     accepted="RESERVED",
-    holding="'RESERVED', 'CONFIRMED'",
-    conflict="(order_id)",
+    holding=ACTIVE,
+    conflict="(voucher_code, order_id)",
     counter="voucher",
     counter_key="code",
     taken="used_count",
     capacity="total_limit",
     per_buyer="per_customer_limit",
+    per_target=True,  # unique (voucher_code, order_id): migrations/0003
 )
 
 
@@ -53,14 +59,20 @@ def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
 
 
 class VoucherStream(Stream[VoucherReserved, str]):
+    name = "vouchers"
     noun = "voucher use"
     schema = SCHEMA
     unknown = Fate.UNKNOWN_VOUCHER
     metric = metrics.VOUCHER_USES
     failpoints = "writer.vouchers"
+    exhausted = OUT_OF_STOCK
 
     def row(self, record: Record, event: Event) -> Redemption | None:
         return to_redemption(record, event) if isinstance(event, VoucherReserved) else None
+
+    def holder(self, row: Redemption) -> Holder:
+        e = row.event
+        return Holder(e.order_id, e.code, e.customer_id, None)
 
     def unknown_reason(self, row: Redemption) -> str:
         return f"unknown voucher {row.target}"
@@ -69,21 +81,26 @@ class VoucherStream(Stream[VoucherReserved, str]):
         return f"already used: customer {row.buyer} holds {per_buyer} uses of voucher {row.target}"
 
     def exhausted_reason(self, row: Redemption, capacity: int) -> str:
-        return f"out of stock: voucher {row.target} has no use left of {capacity}"
+        return f"{self.exhausted}: voucher {row.target} has no use left of {capacity}"
 
     def conflict(self, row: Redemption, stored: Mapping[str, Any]) -> str | None:
         code, customer = stored["voucher_code"], stored["customer_id"]
-        if (code, customer) == (row.target, row.buyer):
+        if customer == row.buyer:
             return None
         return (
             f"order id conflict: {row.order_id} is a use of voucher {code} by customer {customer}"
         )
 
-    def release(
-        self, router: ShardRouter, decision: Decision[VoucherReserved], locked: Locked
-    ) -> Awaitable[bool]:
-        e = decision.row.event
-        return VoucherStore(router).release(e.code, e.order_id)
+    def release(self, router: ShardRouter, holder: Holder, locked: Locked) -> Awaitable[bool]:
+        return VoucherStore(router).release(holder.target, holder.order_id)
+
+    def forfeit(self, router: ShardRouter, holder: Holder, locked: Locked) -> Awaitable[bool]:
+        return forfeit_use(router, holder.target, holder.order_id)
+
+    def reassert(
+        self, router: ShardRouter, holder: Holder, locked: Locked
+    ) -> Awaitable[Reasserted | None]:
+        return reassert_use(router, holder.target, holder.buyer, holder.order_id)
 
     def outbox(self, decision: Decision[VoucherReserved]) -> str:
         return decision.row.event.code

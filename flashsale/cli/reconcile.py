@@ -1,8 +1,10 @@
 """``flashsale reconcile``: Redis against PostgreSQL and Kafka's lag, per item and voucher;
 exit status 1 on drift, for cron jobs and pipelines (``--json`` for their parsers).
 
-``--fix`` repairs what jobs/reconcile.py may repair (releases stale holds; rebuilds paused
-items). Drift on something on sale now is asked about first: the repair runs while buyers buy.
+``--fix`` repairs what jobs/reconcile.py may repair (releases stale holds, delivers stuck outbox
+entries; rebuilds paused items). Drift on something on sale now is asked about first: the repair
+runs while buyers buy. ``--every SECONDS`` runs rounds until interrupted (jobs/reconcile_loop.py):
+each repairs what is safe on sale without asking, logs a line, and /metrics shows the findings.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from domain.vouchers import Code
 from flashsale.cli import output, queries, views
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_stack
-from flashsale.cli.errors import Declined, Failure
+from flashsale.cli.errors import Declined, Failure, UsageError
 from flashsale.cli.parser import Subcommands, add_json, add_yes, command, integer
 from flashsale.cli.validate import convert
 from kernel.settings import Settings
@@ -33,6 +35,15 @@ class Selection:
     items: list[int]
     codes: list[str]
 
+    @property
+    def items_or_all(self) -> list[int] | None:
+        """The items to check: these, every one (None), or none ([]) when only codes are."""
+        return self.items or (None if not self.codes else [])
+
+    @property
+    def codes_or_all(self) -> list[str] | None:
+        return self.codes or (None if not self.items else [])
+
     @classmethod
     def of(cls, args: argparse.Namespace) -> Selection:
         return cls(
@@ -48,14 +59,10 @@ async def _check(
     from jobs.voucher_reconcile import reconcile_vouchers
     from shard_router import VoucherStore
 
-    items: list[ItemReport] = []
-    vouchers: list[VoucherReport] = []
     try:
-        if chosen.items or not chosen.codes:
-            items = await reconcile(cfg, pool, router, chosen.items or None, fix=fix)
-        if chosen.codes or not chosen.items:
-            store = VoucherStore(router)
-            vouchers = await reconcile_vouchers(cfg, pool, store, chosen.codes or None, fix=fix)
+        items = await reconcile(cfg, pool, router, chosen.items_or_all, fix=fix)
+        store = VoucherStore(router)
+        vouchers = await reconcile_vouchers(cfg, pool, store, chosen.codes_or_all, fix=fix)
     except LookupError as exc:  # an --item or --voucher that does not exist
         raise Failure(str(exc)) from None
     return items, vouchers
@@ -110,8 +117,38 @@ def _report(
     return 1 if drift else 0
 
 
+def _every(seconds: float, chosen: Selection, cfg: Settings) -> int:
+    import asyncio
+    import signal
+
+    from jobs.reconcile_loop import Scope, run_reconcile
+    from kernel import logs
+
+    logs.setup(cfg)  # a long-running job: its lines in the one format, like the writer's
+    port = None if cfg.reconcile_metrics_port < 0 else cfg.reconcile_metrics_port
+
+    async def work(pool: Any, router: Any) -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        scope = Scope(chosen.items_or_all, chosen.codes_or_all)
+        await run_reconcile(cfg, pool, router, seconds, stop, scope, metrics_port=port)
+        return 0
+
+    return run_stack(cfg, work)
+
+
 def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
     chosen = Selection.of(args)
+    if args.every is not None:
+        for flag, given in (("--fix", args.fix), ("--json", args.json)):
+            if given:
+                raise UsageError(
+                    f"--every: not with {flag} (each round repairs what is safe on sale and "
+                    "logs a line; pause an item and run --fix once for the rest)"
+                )
+        return _every(args.every, chosen, cfg)
 
     async def work(pool: Any, router: Any) -> int:
         items, vouchers = await _check(cfg, pool, router, chosen, fix=False)
@@ -141,8 +178,8 @@ def add_reconcile(sub: Subcommands) -> None:
         type=integer,
         action="append",
         metavar="ITEM_ID",
-        help="only this item; repeat for more (default: every item of an armed sale, and "
-        "the vouchers unless --voucher is given too)",
+        help="only this item; repeat for more (default: every item of an armed sale that ended "
+        "less than a day ago or is yet to end, and the vouchers unless --voucher is given too)",
     )
     p.add_argument(
         "--voucher",
@@ -154,8 +191,26 @@ def add_reconcile(sub: Subcommands) -> None:
     p.add_argument(
         "--fix",
         action="store_true",
-        help="release stale holds; rebuild the shards of paused items from the database "
-        "(default: only report)",
+        help="release stale holds, deliver stuck outbox entries; rebuild the shards of paused "
+        "items from the database (default: only report)",
+    )
+    p.add_argument(
+        "--every",
+        type=_seconds,
+        metavar="SECONDS",
+        help="run until interrupted: a round every SECONDS that repairs what is safe on sale "
+        "(stale holds, stuck outbox entries) and logs a line; /metrics on "
+        "FLASHSALE_RECONCILE_METRICS_PORT (default: one report, then exit)",
     )
     add_yes(p, "--fix drift on items and vouchers on sale now")
     add_json(p)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from None
+    if not value >= 0.1:  # also refuses nan
+        raise argparse.ArgumentTypeError("must be at least 0.1")
+    return value

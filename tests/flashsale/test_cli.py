@@ -469,6 +469,7 @@ def test_voucher_show_and_arm_json(flash_voucher: str) -> None:
 
 
 def test_sale_arm_json(live_sale: LiveSale) -> None:
+    ok(flashsale("item", str(live_sale.item_id), "--pause", "--yes"))  # on sale: see below
     armed = ok(flashsale("sale", "arm", str(live_sale.sale_id), "--yes", "--json")).json()
     assert armed == {
         "saleId": live_sale.sale_id,
@@ -486,8 +487,18 @@ async def _armed_at(db: asyncpg.Pool, sale_id: int) -> dt.datetime:
     return moment
 
 
+async def test_re_arming_a_sale_on_sale_is_refused(live_sale: LiveSale, db: asyncpg.Pool) -> None:
+    sale = str(live_sale.sale_id)
+    first = await _armed_at(db, live_sale.sale_id)
+    line = refused(flashsale("sale", "arm", sale, "--yes"), 1)
+    assert f"sale {sale} not armed: item {live_sale.item_id} is on sale now" in line
+    assert "pause it first" in line
+    assert await _armed_at(db, live_sale.sale_id) == first
+
+
 async def test_re_arming_a_sale_asks(live_sale: LiveSale, db: asyncpg.Pool) -> None:
     sale = str(live_sale.sale_id)
+    ok(flashsale("item", str(live_sale.item_id), "--pause", "--yes"))  # on sale: refused
     first = await _armed_at(db, live_sale.sale_id)
     line = refused(flashsale("sale", "arm", sale), 2)
     assert f"sale {sale} was armed at" in line and "pass --yes" in line

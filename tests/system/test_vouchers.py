@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import functools
 import time
 import uuid
 from collections import Counter
@@ -415,27 +416,29 @@ async def test_unconfirmed_reservations_expire_once_and_come_back(
 # The database is the last guard.
 
 
+def _produce(vcfg: Settings, events: list[VoucherReserved]) -> None:
+    """Voucher events as the gateway produces them, on one partition: the writer sees them in
+    this order."""
+    producer = Producer({"bootstrap.servers": vcfg.kafka_bootstrap, "acks": "all"})
+    for event in events:
+        producer.produce(vcfg.vouchers_topic, encode(event), event.order_id.encode(), partition=0)
+    assert producer.flush(30) == 0
+
+
+def _events(code: str, granted: list[tuple[str, int]]) -> list[VoucherReserved]:
+    now_ms = int(time.time() * 1000)
+    return [
+        VoucherReserved(o, code, c, 500_000, 100_000, now_ms, now_ms + 900_000) for o, c in granted
+    ]
+
+
 async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
     http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
 ) -> None:
     code = await _create(http, "flash", 2)
     granted = [(f"ord-{uuid.uuid4().hex}", customer) for customer in (1, 2, 3)]
     await voucher_store.load(code, 0, granted, [])  # a Redis that (after a failover) granted three
-    now_ms = int(time.time() * 1000)
-    events = [
-        VoucherReserved(o, code, c, 500_000, 100_000, now_ms, now_ms + 900_000) for o, c in granted
-    ]
-
-    def produce() -> None:
-        producer = Producer({"bootstrap.servers": vcfg.kafka_bootstrap, "acks": "all"})
-        for event in events:
-            # One partition: the writer sees them in this order, so the third is refused.
-            producer.produce(
-                vcfg.vouchers_topic, encode(event), event.order_id.encode(), partition=0
-            )
-        assert producer.flush(30) == 0
-
-    await asyncio.to_thread(produce)
+    await asyncio.to_thread(_produce, vcfg, _events(code, granted))
     stored = await _stored(db, code, 3)
     assert [stored[o] for o, _ in granted] == ["RESERVED", "RESERVED", "FAILED"]
     assert await _used(db, code) == 2
@@ -447,17 +450,40 @@ async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
     confirm = f"/vouchers/{code}/reservations/{refused}/confirm"
     assert (await _call(http, "POST", confirm))[:2] == (409, {"error": "RESERVATION_FAILED"})
 
-    async def given_back() -> bool:
+    async def forfeited() -> bool:
         return refused not in await voucher_store.holds(code)
 
-    await _until(given_back)
-    # Reconciliation sees the use Redis invented; arming from the database repairs it.
-    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
-    assert report.use_drift == -1 and report.drift > 0
-    status, armed, _ = await _call(http, "POST", f"/admin/vouchers/{code}/arm", headers=ADMIN)
-    assert (status, armed["remaining"], armed["held"]) == (200, 0, 2)
+    await _until(forfeited)
+    # The use Redis invented is dropped with the refused hold, not given back to be sold again:
+    # Redis and the database agree without a re-arm.
+    state = await voucher_store.state(code)
+    assert (state.remaining, state.holds, state.customers) == (0, 2, 2)
     [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert report.drift == 0
+    assert await _reserve(http, code, 4, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
+
+
+async def test_a_use_redis_forgot_is_re_asserted_once_stored(
+    http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
+) -> None:
+    code = await _create(http, "flash", 3)
+    forgotten = (_order_id(), 1)
+    # What a replica promoted before it got the reservation holds: the use back, no hold.
+    await voucher_store.load(code, 3, [], [])
+    await asyncio.to_thread(_produce, vcfg, _events(code, [forgotten]))
+    assert await _stored(db, code, 1) == {forgotten[0]: "RESERVED"}
+
+    async def restored() -> bool:
+        return forgotten[0] in await voucher_store.holds(code)
+
+    await _until(restored)
+    state = await voucher_store.state(code)
+    assert (state.remaining, state.holds, state.customers) == (2, 1, 1)
+    [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
+    assert report.drift == 0
+    # The customer's retry is answered as the first time; the use is not taken twice.
+    assert (await _reserve(http, code, 1, forgotten[0]))[0] == 201
+    assert (await voucher_store.state(code)).remaining == 2
 
 
 async def test_reconciliation_finds_lost_and_stale_holds_and_fix_releases_stale(
@@ -544,7 +570,7 @@ async def test_bad_tokens_bodies_and_codes_are_4xx_and_take_nothing(
         assert answer[:2][0] == 400 and answer[1]["error"] == "INVALID_REQUEST", change
 
 
-async def test_order_ids_belong_to_one_customer_and_one_voucher(
+async def test_an_order_id_belongs_to_one_customer_on_each_voucher(
     http: aiohttp.ClientSession,
 ) -> None:
     ordinary, other, flash = (
@@ -556,11 +582,72 @@ async def test_order_ids_belong_to_one_customer_and_one_voucher(
     order_id = _order_id()
     assert (await _reserve(http, ordinary, 1, order_id))[0] == 201
     assert await _reserve(http, ordinary, 2, order_id) == conflict
-    assert await _reserve(http, other, 1, order_id) == conflict
+    # A reservation is keyed by (code, orderId): the same order on another voucher is its own.
+    assert (await _reserve(http, other, 1, order_id))[0] == 201
     flash_order = _order_id()
     first = await _reserve(http, flash, 1, flash_order)
     assert first[0] == 201, first
     assert await _reserve(http, flash, 2, flash_order) == conflict
+
+
+# One order carrying several vouchers (a discount and a shipping voucher): one orderId, one
+# reservation per code, each confirmable, none taken back by the writer.
+
+
+async def _confirm_all(http: aiohttp.ClientSession, codes: list[str], order_id: str) -> None:
+    confirmed = (200, {"orderId": order_id, "status": "CONFIRMED"})
+    for code in codes:
+        path = f"/vouchers/{code}/reservations/{order_id}/confirm"
+        assert await _settled(http, "POST", path) == confirmed, code
+
+
+async def _outbox_empty(store: VoucherStore, code: str) -> bool:
+    return (await store.state(code)).outbox == 0
+
+
+async def _nothing_stranded(
+    db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings, flash: list[str], order_id: str
+) -> None:
+    """Each flash voucher holds the order's use, its outbox empty, no drift."""
+    for code in flash:
+        await _until(functools.partial(_outbox_empty, voucher_store, code))
+        assert await voucher_store.holds(code) == {order_id: 1}
+    for report in await reconcile_vouchers(vcfg, db, voucher_store, flash):
+        assert report.drift == 0 and (report.reserved, report.confirmed) == (0, 1), report
+
+
+@pytest.mark.parametrize("first", ["ordinary", "flash"])
+async def test_one_order_id_on_an_ordinary_and_a_flash_voucher_is_two_uses(
+    first: str,
+    http: aiohttp.ClientSession,
+    db: asyncpg.Pool,
+    voucher_store: VoucherStore,
+    vcfg: Settings,
+) -> None:
+    codes = {kind: await _create(http, kind, 5) for kind in KINDS}
+    order_id = _order_id()
+    then = "flash" if first == "ordinary" else "ordinary"
+    for kind in (first, then):
+        answer = await _reserve(http, codes[kind], 1, order_id)
+        assert answer == (201, {"orderId": order_id, "discountAmount": 100_000}), kind
+    await _confirm_all(http, [codes[first], codes[then]], order_id)
+    for code in codes.values():
+        assert await _rows(db, code) == {order_id: "CONFIRMED"}
+        assert await _used(db, code) == 1
+    await _nothing_stranded(db, voucher_store, vcfg, [codes["flash"]], order_id)
+
+
+async def test_one_order_id_on_two_flash_vouchers_at_once_is_two_uses(
+    http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
+) -> None:
+    codes = [await _create(http, "flash", 5) for _ in range(2)]
+    order_id = _order_id()
+    answers = await asyncio.gather(*(_reserve(http, code, 1, order_id) for code in codes))
+    assert answers == [(201, {"orderId": order_id, "discountAmount": 100_000})] * 2
+    await _confirm_all(http, codes, order_id)
+    for code in codes:
+        assert await _rows(db, code) == {order_id: "CONFIRMED"}
+    await _nothing_stranded(db, voucher_store, vcfg, codes, order_id)
 
 
 async def test_voucher_uses_are_in_the_metrics(http: aiohttp.ClientSession) -> None:

@@ -14,8 +14,9 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from kernel.events import OrderPlaced, VoucherReserved, decode, encode
+from kernel.ids import new_order_id
 from kernel.settings import Settings
-from shard_router import ShardRouter, shard_keys
+from shard_router import Outcome, ShardRouter, shard_keys
 from tests.support.writer import (
     PARTITIONS,
     Topics,
@@ -205,39 +206,43 @@ async def test_poison_goes_to_the_dead_letters_and_the_writer_goes_on(
     assert all(x["topic"] == t.orders and x["partition"] == 0 for x in letters)
 
 
-# 5. A refused order gives its unit back in Redis, once, even across a replay.
+# 5. A refused order gives its unit back in Redis, once, even across a replay; one refused for
+# capacity forfeits its hold instead (its unit was never there).
 
 
-async def test_a_refused_order_gives_its_unit_back(
+async def test_a_buyers_second_order_gives_its_unit_back_once(
     t: Topics, db: asyncpg.Pool, router: ShardRouter, redis: RedisCluster
 ) -> None:
-    item = await make_item(db, quantity=1, shards=2)
+    item = await make_item(db, quantity=2, shards=2)
     won = order(item, 2, shards=2)  # home shard 0, unit from shard 0
-    lost = order(item, 3, shards=2, shard=0)  # home shard 1, borrowed its unit from shard 0
-    redis_was_wrong = [(won.order_id, won.user_id), (lost.order_id, lost.user_id)]
-    await router.load_shard(item, 0, 0, redis_was_wrong, [(won.user_id, won.order_id)])
-    await router.load_shard(item, 1, 0, [], [(lost.user_id, lost.order_id)])
+    # Redis forgot the buyer's dedup entry (a failover), so their second order got a unit too.
+    second = order(item, 2, shards=2)
+    redis_was_wrong = [(won.order_id, won.user_id), (second.order_id, second.user_id)]
+    await router.load_shard(item, 0, 0, redis_was_wrong, [(second.user_id, second.order_id)])
+    await router.load_shard(item, 1, 0, [], [])
     outbox = shard_keys(item, 0).outbox
-    await redis.hset(outbox, mapping={won.order_id: encode(won), lost.order_id: encode(lost)})
+    await redis.hset(outbox, mapping={won.order_id: encode(won), second.order_id: encode(second)})
     try:
-        await produce(t.cfg, t.orders, messages([won, lost], lambda i: 0))
+        await produce(t.cfg, t.orders, messages([won, second], lambda i: 0))
         await drain(t.cfg)
 
         stored = await rows(db, item)
         assert stored[won.order_id]["status"] == "PENDING"
-        assert stored[lost.order_id]["status"] == "FAILED"
+        assert stored[second.order_id]["status"] == "FAILED"
+        assert stored[second.order_id]["failure_reason"].startswith("already active")
         assert await sold(db, item) == 1
         states = await router.shard_states(item, 2)
         assert (states[0].stock, states[0].holds, states[0].buyers) == (1, 1, 1)
         assert states[0].outbox == 0  # both orders are settled: the outbox drained
-        assert states[1].buyers == 0  # the refused buyer may try again
         assert await router.holds(item, 0) == {won.order_id: won.user_id}
+        # The buyer's entry names the order the database kept.
+        assert await router.buyer_order(item, 2, won.user_id) == won.order_id
 
         # A crash between the commit and the release: the hold is back, the batch comes again.
-        await router.load_shard(item, 0, 0, redis_was_wrong, [(won.user_id, won.order_id)])
+        await router.load_shard(item, 0, 0, redis_was_wrong, [(second.user_id, second.order_id)])
         await drain(t.writer())
         states = await router.shard_states(item, 2)
-        assert (states[0].stock, states[0].holds) == (1, 1)
+        assert (states[0].stock, states[0].holds, states[0].buyers) == (1, 1, 1)
         # And once more with nothing to release: the unit is not given back twice.
         await drain(t.writer())
         states = await router.shard_states(item, 2)
@@ -245,6 +250,126 @@ async def test_a_refused_order_gives_its_unit_back(
         assert await rows(db, item) == stored and await sold(db, item) == 1
     finally:
         for k in range(2):
+            await redis.delete(*shard_keys(item, k))
+
+
+# 6. A Redis failover that loses an acknowledged reservation (issue 11, item 1). What the
+# promoted replica holds is emulated by undoing the reservation's Lua writes by hand: the unit
+# back in stock, no hold record, no outbox entry, no dedup entry.
+
+PHANTOM_SHARDS = 2
+PHANTOM_LOADED = [3, 2]  # units loaded per shard: 5 in all
+
+
+async def _load_phantom_item(db: asyncpg.Pool, router: ShardRouter) -> int:
+    item = await make_item(db, quantity=sum(PHANTOM_LOADED), shards=PHANTOM_SHARDS)
+    for shard, units in enumerate(PHANTOM_LOADED):
+        await router.load_shard(item, shard, units, [], [])
+    return item
+
+
+async def _buy(router: ShardRouter, item: int, user: int) -> OrderPlaced | None:
+    """A buyer's purchase as the gateway makes it: the order event written to the outbox of the
+    shard the unit comes from; the event when a unit was taken."""
+    order_id = new_order_id(item)
+
+    def event(shard: int) -> OrderPlaced:
+        return order(item, user, shards=PHANTOM_SHARDS, shard=shard, order_id=order_id)
+
+    got = await router.reserve(item, PHANTOM_SHARDS, user, order_id, lambda k: encode(event(k)))
+    return event(got.unit_shard) if got.outcome is Outcome.RESERVED else None
+
+
+async def _buy_all(router: ShardRouter, item: int, users: range) -> list[OrderPlaced]:
+    return [e for user in users if (e := await _buy(router, item, user)) is not None]
+
+
+async def _forget(redis: RedisCluster, e: OrderPlaced) -> None:
+    unit, home = shard_keys(e.item_id, e.shard), shard_keys(e.item_id, e.home_shard)
+    assert await redis.hdel(unit.orders, e.order_id) == 1
+    await redis.hdel(unit.outbox, e.order_id)
+    await redis.incr(unit.stock)
+    assert await redis.hdel(home.buyers, str(e.user_id)) == 1
+
+
+async def _assert_units_add_up(
+    db: asyncpg.Pool, router: ShardRouter, item: int
+) -> list[tuple[int, int]]:
+    """Per shard, units left + holds = units loaded; the holds are the active orders."""
+    states = await router.shard_states(item, PHANTOM_SHARDS)
+    per_shard = [(s.stock, s.holds) for s in states]
+    assert [left + holds for left, holds in per_shard] == PHANTOM_LOADED, per_shard
+    held = {o for k in range(PHANTOM_SHARDS) for o in await router.holds(item, k)}
+    pending = {i for i, r in (await rows(db, item)).items() if r["status"] == "PENDING"}
+    assert held == pending
+    assert all(s.outbox == 0 for s in states)
+    return per_shard
+
+
+async def test_a_phantom_unit_is_sold_at_most_once_and_then_never_again(
+    t: Topics, db: asyncpg.Pool, router: ShardRouter, redis: RedisCluster
+) -> None:
+    item = await _load_phantom_item(db, router)
+    try:
+        first = await _buy_all(router, item, range(1, 6))
+        assert len(first) == 5
+        await produce(t.cfg, t.orders, messages(first))
+        await drain(t.cfg)
+        a = first[0]
+        await _forget(redis, a)  # the failover: buyer A's reservation is gone from Redis
+        assert sum(s.stock for s in await router.shard_states(item, PHANTOM_SHARDS)) == 1
+
+        # More buyers come, round after round: A's unit is sold once more, refused once, and
+        # its hold forfeited without the unit; A's hold and dedup entry are re-asserted.
+        rounds: list[list[OrderPlaced]] = []
+        for users in (range(6, 16), range(16, 26), range(26, 36)):
+            sold_now = await _buy_all(router, item, users)
+            rounds.append(sold_now)
+            await produce(t.cfg, t.orders, messages(sold_now))
+            await drain(t.cfg)
+        assert [len(r) for r in rounds] == [1, 0, 0]  # no loop: the phantom is sold only once
+
+        stored = await rows(db, item)
+        statuses = {i: r["status"] for i, r in stored.items()}
+        assert sorted(statuses.values()) == ["FAILED"] + ["PENDING"] * 5
+        assert await sold(db, item) == 5  # 0 units sold past the 5
+        [phantom] = rounds[0]
+        assert statuses[phantom.order_id] == "FAILED"
+        assert stored[phantom.order_id]["failure_reason"].startswith("sold out")
+        assert all(statuses[e.order_id] == "PENDING" for e in first)
+        per_shard = await _assert_units_add_up(db, router, item)
+        assert [left for left, _ in per_shard] == [0, 0]
+        assert sum(holds for _, holds in per_shard) == 5
+        # A's dedup entry is back: A cannot buy a second unit.
+        assert await _buy(router, item, a.user_id) is None
+        assert await router.buyer_order(item, PHANTOM_SHARDS, a.user_id) == a.order_id
+    finally:
+        for k in range(PHANTOM_SHARDS):
+            await redis.delete(*shard_keys(item, k))
+
+
+async def test_an_order_redis_forgot_before_it_was_stored_takes_its_unit_back(
+    t: Topics, db: asyncpg.Pool, router: ShardRouter, redis: RedisCluster
+) -> None:
+    item = await _load_phantom_item(db, router)
+    try:
+        first = await _buy_all(router, item, range(1, 6))
+        a = first[0]
+        await _forget(redis, a)  # the failover comes before the writer stores A's order
+        await produce(t.cfg, t.orders, messages(first))
+        await drain(t.cfg)
+        # Storing A re-asserted its hold with its unit: nobody else can buy it.
+        assert await _buy_all(router, item, range(6, 16)) == []
+        assert await _buy(router, item, a.user_id) is None
+        stored = await rows(db, item)
+        assert sorted(r["status"] for r in stored.values()) == ["PENDING"] * 5
+        assert await _assert_units_add_up(db, router, item) == [(0, 3), (0, 2)]
+
+        # The same batch again (a replay): the unit is not taken twice.
+        await drain(t.writer())
+        assert await _assert_units_add_up(db, router, item) == [(0, 3), (0, 2)]
+    finally:
+        for k in range(PHANTOM_SHARDS):
             await redis.delete(*shard_keys(item, k))
 
 
