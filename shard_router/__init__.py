@@ -5,7 +5,14 @@ uses live under ``{voucher:<code>}`` (VoucherStore)."""
 from kernel.errors import ShardUnavailable
 from kernel.sharding import home_shard
 from shard_router.keys import ShardKeys, shard_keys
-from shard_router.router import Outcome, Reservation, ShardRouter, ShardState, make_client
+from shard_router.router import (
+    Outcome,
+    Reservation,
+    ShardNotLoaded,
+    ShardRouter,
+    ShardState,
+    make_client,
+)
 from shard_router.vouchers import (
     VoucherKeys,
     VoucherReservation,
@@ -18,6 +25,7 @@ __all__ = [
     "Outcome",
     "Reservation",
     "ShardKeys",
+    "ShardNotLoaded",
     "ShardRouter",
     "ShardState",
     "ShardUnavailable",

@@ -3,19 +3,28 @@ node go out as one write, so a burst of buyers costs one round trip per node, no
 
 Each node has one ``NodeLink`` (a plain asyncio connection, hiredis packing and parsing); the
 replies of a batch come back in order on it. The cluster client still owns the topology: the
-slot → node map, and a call answered MOVED/ASK (or a batch whose node failed) triggers a
-topology refresh, and a redirected call is retried once through the cluster client, which
-follows redirections itself.
+slot → node map, refreshed when a batch's node failed or a call was answered MOVED.
+
+A batch holding script calls (every script writes) ends with ``WAIT <replicas> <timeout>`` on
+the same connection, so its writes are answered only once the shard's replica has them too: when
+fewer replicas acknowledged within the timeout, each script call of the batch fails with
+ShardUnavailable (the write did happen on the primary: a 503 that a retry resolves, as after a
+missed deadline). One WAIT per batch, not per call; ``redis_wait_replicas = 0`` sends none.
 
 Every batch has its own deadline, one timer for the whole batch: a hung node costs its callers
 a fast ShardUnavailable and never blocks the other nodes' batches; its late replies are still
-read (so the connection stays in step) but answer nobody. The breaker stops new sends to a node
-that keeps missing deadlines until a probe succeeds.
+read (so the connection stays in step) but answer nobody. A call the node did not run (MOVED,
+ASK, TRYAGAIN, NOSCRIPT) is sent again where Redis points, as EVAL, on that node's link (so it
+gets its WAIT too), under the deadline its first batch had: a redirection never buys a call more
+time. The breaker stops new sends to a node that keeps missing deadlines, or whose replica keeps
+failing to confirm, until a probe succeeds. While a node's WAIT is in flight, the calls for it
+wait in a group commit (group_commit.py) and then go out as one batch under one WAIT.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections import defaultdict
 from typing import Any
@@ -26,23 +35,42 @@ from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, Tr
 
 from kernel.errors import ShardUnavailable
 from shard_router.breaker import Breaker
+from shard_router.group_commit import GroupCommit
 from shard_router.node_link import Batch, NodeLink
-from shard_router.scripts import ALL, Script
+from shard_router.scripts import Script
 
 # (script, keys, args, future); a plain command is queued with script None and its whole
 # argument list (command name first) in ``args``.
 _Call = tuple[Script | None, list[str], list[Any], "asyncio.Future[Any]"]
-_REDIRECTED = (MovedError, AskError, TryAgainError)
+_NOT_RUN = (AskError, TryAgainError, NoScriptError)  # MovedError is an AskError
+_MAX_HOPS = 3  # a MOVED then an ASK then a NOSCRIPT is the longest honest chain
+_TRYAGAIN_DELAY_S = 0.05  # a slot mid-migration: give the migration a moment
+_ASKING = hiredis.pack_command(("ASKING",))
 _REFRESH_EVERY_S = 1.0
 _MAX_CACHED_SLOTS = 100_000
 
 
 class AutoPipeline:
-    def __init__(self, client: RedisCluster, breaker: Breaker, timeout_s: float) -> None:
+    def __init__(
+        self,
+        client: RedisCluster,
+        breaker: Breaker,
+        timeout_s: float,
+        *,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 0,
+    ) -> None:
+        if wait_replicas > 0 and wait_timeout_ms / 1000 >= timeout_s:
+            raise ValueError("the WAIT timeout must be shorter than the Redis deadline")
         self._client = client
         self._breaker = breaker
         self._timeout_s = timeout_s
+        self._wait_replicas = wait_replicas
+        self._wait_timeout_ms = wait_timeout_ms
+        wait: tuple[Any, ...] = ("WAIT", wait_replicas, wait_timeout_ms)
+        self._wait = hiredis.pack_command(wait) if wait_replicas > 0 else None
         self._queued: dict[str, list[_Call]] = defaultdict(list)
+        self._group = GroupCommit()
         self._flush_scheduled = False
         self._tasks: set[asyncio.Future[Any]] = set()
         self._links: dict[str, NodeLink] = {}
@@ -97,9 +125,18 @@ class AutoPipeline:
         return future
 
     async def close(self) -> None:
+        closing = ShardUnavailable("cluster", "closing")
+        for *_, future in self._group.drain():
+            if not future.done():
+                future.set_exception(closing)
         for link in self._links.values():
-            link.fail(ShardUnavailable("cluster", "closing"))
+            link.fail(closing)
         self._links.clear()
+        # A topology refresh still running would open connections after the client closed.
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _spawn(self, work: Any) -> None:
         task = asyncio.ensure_future(work)
@@ -109,19 +146,41 @@ class AutoPipeline:
     def _flush(self) -> None:
         self._flush_scheduled = False
         queued, self._queued = self._queued, defaultdict(list)
-        loop = asyncio.get_running_loop()
+        deadline = asyncio.get_running_loop().time() + self._timeout_s
         for node, calls in queued.items():
-            payload = b"".join(
-                hiredis.pack_command(
-                    tuple(args)
-                    if script is None
-                    else ("EVALSHA", script.sha, len(keys), *keys, *args)
-                )
-                for script, keys, args, _ in calls
-            )
-            batch = Batch(node, calls, payload)
-            batch.timer = loop.call_later(self._timeout_s, self._expire, batch)
-            self._link(node).send(batch)
+            if self._group.busy(node):
+                self._group.hold(node, calls, deadline)  # sent when its WAIT in flight settles
+            else:
+                self._send(node, calls, deadline)
+
+    def _send(
+        self,
+        node: str,
+        calls: list[_Call],
+        deadline: float,
+        hops: int = 0,
+        asking: bool = False,
+    ) -> None:
+        """One write of ``calls`` to ``node``, answered by ``deadline`` (loop time). A resent
+        call (``hops`` > 0) goes as EVAL: the node it lands on may not have the script."""
+        parts = [_ASKING] if asking else []
+        writes = False
+        for script, keys, args, _ in calls:
+            if script is None:
+                parts.append(hiredis.pack_command(tuple(args)))
+                continue
+            writes = True
+            head = ("EVAL", script.source) if hops else ("EVALSHA", script.sha)
+            parts.append(hiredis.pack_command((*head, len(keys), *keys, *args)))
+        wait = self._wait if writes else None
+        if wait is not None:
+            parts.append(wait)
+            self._group.sent(node)
+        batch = Batch(
+            node, calls, b"".join(parts), deadline, waits=wait is not None, asking=asking, hops=hops
+        )
+        batch.timer = asyncio.get_running_loop().call_at(deadline, self._expire, batch)
+        self._link(node).send(batch)
 
     def _link(self, node: str) -> NodeLink:
         link = self._links.get(node)
@@ -150,12 +209,14 @@ class AutoPipeline:
         link = self._links.pop(batch.node, None)
         if link is not None:
             link.fail(failure)
+        self._settled(batch)  # (after the link went: held calls go out on a fresh one)
 
     def _lost(self, batch: Batch, exc: BaseException) -> None:
         if batch.timer is not None:
             batch.timer.cancel()
             batch.timer = None
             self._failed(batch, exc)
+            self._settled(batch)
 
     def _failed(self, batch: Batch, failure: BaseException) -> None:
         self._breaker.failure(batch.node)
@@ -171,46 +232,100 @@ class AutoPipeline:
         batch.timer.cancel()
         batch.timer = None
         node = batch.node
-        self._breaker.success(node)
-        for (script, keys, args, future), result in zip(batch.calls, batch.replies, strict=True):
+        replies = batch.replies[1:] if batch.asking else batch.replies
+        confirmed = not batch.waits or self._confirmed(replies[-1])
+        if confirmed:
+            self._breaker.success(node)
+        else:
+            self._breaker.failure(node)
+        not_run: list[tuple[_Call, RedisError]] = []
+        # A WAIT's reply comes last, after the calls' own: zip stops before it.
+        for call, result in zip(batch.calls, replies, strict=False):
+            future = call[3]
             if future.done():
                 continue  # the caller went away
-            if script is None:
-                if isinstance(result, Exception):
-                    future.set_exception(ShardUnavailable(node, str(result)))
+            if isinstance(result, Exception):
+                if isinstance(result, _NOT_RUN):
+                    not_run.append((call, result))
                 else:
-                    future.set_result(result)
-            elif isinstance(result, NoScriptError):
-                # A restarted or failed-over node lost its script cache: EVAL loads it again.
-                self._spawn(self._via_cluster("EVAL", script.source, keys, args, future))
-            elif isinstance(result, _REDIRECTED):
-                self._refresh_topology()
-                self._spawn(self._via_cluster("EVALSHA", script.sha, keys, args, future))
-            elif isinstance(result, Exception):
-                future.set_exception(ShardUnavailable(node, str(result)))
-            else:
+                    future.set_exception(ShardUnavailable(node, str(result)))
+            elif confirmed or call[0] is None:
                 future.set_result(result)
+            else:
+                future.set_exception(
+                    ShardUnavailable(
+                        node,
+                        f"replica did not confirm the write within {self._wait_timeout_ms} ms"
+                        f" (WAIT answered {replies[-1]!r})",
+                    )
+                )
+        if not_run:
+            self._send_again(batch, not_run)
+        self._settled(batch)
 
-    async def _via_cluster(
-        self,
-        command: str,
-        script: str | bytes,
-        keys: list[str],
-        args: list[Any],
-        future: asyncio.Future[Any],
-    ) -> None:
-        """One call through the cluster client, which follows MOVED/ASK and reloads scripts."""
-        try:
-            result = await self._client.execute_command(command, script, len(keys), *keys, *args)
-        except NoScriptError:
-            self._spawn(self._via_cluster("EVAL", _source_of(script), keys, args, future))
+    def _settled(self, batch: Batch) -> None:
+        """Once per batch: when it carried a WAIT, send what its node held meanwhile."""
+        if not batch.waits:
             return
-        except (RedisError, OSError) as exc:
+        held = self._group.settled(batch.node)
+        if held is None:
+            return
+        deadline, calls = held
+        if deadline > asyncio.get_running_loop().time():
+            self._send(batch.node, calls, deadline)
+            return
+        late = ShardUnavailable(batch.node, "deadline exceeded before the node was free")
+        for *_, future in calls:
             if not future.done():
-                future.set_exception(ShardUnavailable("cluster", str(exc)))
-            return
-        if not future.done():
-            future.set_result(result)
+                future.set_exception(late)
+
+    def _confirmed(self, acked: Any) -> bool:
+        return isinstance(acked, int) and acked >= self._wait_replicas
+
+    def _send_again(self, batch: Batch, not_run: list[tuple[_Call, RedisError]]) -> None:
+        """Calls the node did not run: MOVED (the slot lives elsewhere now, e.g. after a
+        failover), ASK (mid-migration: ASKING first, on the same connection), TRYAGAIN (retry
+        shortly, same node), NOSCRIPT (a restarted node lost its script cache). Each goes again
+        within the first batch's deadline, at most ``_MAX_HOPS`` times."""
+        loop = asyncio.get_running_loop()
+        hops = batch.hops + 1
+        again: dict[tuple[str, bool], list[_Call]] = defaultdict(list)
+        later: list[_Call] = []
+        for call, error in not_run:
+            if isinstance(error, TryAgainError):
+                later.append(call)  # bounded by the deadline alone
+            elif hops > _MAX_HOPS:
+                call[3].set_exception(
+                    ShardUnavailable(batch.node, f"{_MAX_HOPS} redirections, then: {error}")
+                )
+            elif isinstance(error, MovedError):
+                self._spawn(self._move_slot(error))
+                again[(f"{error.host}:{error.port}", False)].append(call)
+            elif isinstance(error, AskError):
+                again[(f"{error.host}:{error.port}", True)].append(call)
+            else:
+                again[(batch.node, False)].append(call)
+        for (node, asking), calls in again.items():
+            self._send(node, calls, batch.deadline, hops, asking)
+        if later:
+            if batch.deadline - loop.time() > _TRYAGAIN_DELAY_S:
+                resend = functools.partial(
+                    self._send, batch.node, later, batch.deadline, batch.hops
+                )
+                loop.call_later(_TRYAGAIN_DELAY_S, resend)
+            else:
+                late = ShardUnavailable(batch.node, "TRYAGAIN until the deadline")
+                for *_, future in later:
+                    future.set_exception(late)
+
+    async def _move_slot(self, error: MovedError) -> None:
+        """Point the slot at the node that answered for it, now, without waiting for the next
+        topology refresh, so the calls that follow go there directly."""
+        try:
+            await self._client.nodes_manager.move_slot(error)
+        except (RedisError, OSError, KeyError):
+            pass  # the periodic refresh puts it right
+        self._refresh_topology()
 
     def _refresh_topology(self) -> None:
         now = time.monotonic()
@@ -224,10 +339,3 @@ class AutoPipeline:
             await self._client.nodes_manager.initialize()
         except (RedisError, OSError):
             pass  # the next failure tries again
-
-
-def _source_of(sha: str | bytes) -> bytes:
-    for script in ALL:
-        if script.sha == sha:
-            return script.source
-    raise ShardUnavailable("cluster", f"unknown script {sha!r}")

@@ -22,16 +22,48 @@ from redis.exceptions import InvalidResponse
 
 
 class Batch:
-    """Commands sent together to one node, and their replies as they arrive."""
+    """Commands sent together to one node, and their replies as they arrive.
 
-    __slots__ = ("node", "calls", "payload", "replies", "timer")
+    ``expected`` replies in all: one per call, plus one for an ``ASKING`` sent before the calls
+    (``asking``) and one for a ``WAIT`` sent after them (``waits``). ``deadline`` is the loop time
+    by which the calls must be answered; a redirected call keeps its first batch's deadline, and
+    ``hops`` counts how often it was redirected.
+    """
 
-    def __init__(self, node: str, calls: list[Any], payload: bytes) -> None:
+    __slots__ = (
+        "node",
+        "calls",
+        "payload",
+        "replies",
+        "timer",
+        "expected",
+        "asking",
+        "waits",
+        "deadline",
+        "hops",
+    )
+
+    def __init__(
+        self,
+        node: str,
+        calls: list[Any],
+        payload: bytes,
+        deadline: float,
+        *,
+        waits: bool = False,
+        asking: bool = False,
+        hops: int = 0,
+    ) -> None:
         self.node = node
         self.calls = calls
         self.payload = payload
         self.replies: list[Any] = []
         self.timer: asyncio.TimerHandle | None = None
+        self.expected = len(calls) + waits + asking
+        self.asking = asking
+        self.waits = waits
+        self.deadline = deadline
+        self.hops = hops
 
 
 class NodeLink(asyncio.Protocol):
@@ -87,7 +119,7 @@ class NodeLink(asyncio.Protocol):
                 return
             batch = answering[0]
             batch.replies.append(reply)
-            if len(batch.replies) == len(batch.calls):
+            if len(batch.replies) == batch.expected:
                 answering.popleft()
                 self._on_replies(batch)
 

@@ -15,6 +15,7 @@ from redis.asyncio.cluster import RedisCluster
 
 from shard_router import scripts
 from shard_router.autopipeline import AutoPipeline
+from shard_router.confirmed import run_confirmed
 from shard_router.deadline import with_deadline
 
 Place = TypeVar("Place")
@@ -28,10 +29,18 @@ class PlaceCounts:
     lengths: list[int]  # HLEN of each hash asked for, in order
 
 
+# A load rewrites a whole place (thousands of holds, maybe) on a connection of its own: it may
+# wait longer for its replica than a buyer's batch, and a few seconds of arm are cheap.
+_LOAD_WAIT_MS = 2000
+
+
 class Places:
-    def __init__(self, client: RedisCluster, pipeline: AutoPipeline) -> None:
+    def __init__(
+        self, client: RedisCluster, pipeline: AutoPipeline, wait_replicas: int = 0
+    ) -> None:
         self._client = client
         self._pipeline = pipeline
+        self._wait_replicas = wait_replicas
 
     async def outbox(self, key: str) -> dict[str, bytes]:
         """orderId → event payload."""
@@ -76,7 +85,8 @@ class Places:
         grown: Sequence[tuple[str, Pairs]] = (),
     ) -> None:
         """lua/load.lua: set the counter, empty and refill the ``rebuilt`` hashes, add to the
-        ``grown`` ones, all in one atomic call."""
+        ``grown`` ones, all in one atomic call, confirmed on the replica (a replica promoted
+        without the load would answer NOT_LOADED: a 503, never a sold-out shard)."""
         filled = [*rebuilt, *grown]
         args: list[Any] = [left, len(rebuilt)]
         for _, pairs in filled:
@@ -84,6 +94,8 @@ class Places:
             for field, value in pairs:
                 args += [field, value]
         keys = [counter, *(key for key, _ in filled)]
+        command = ["EVAL", scripts.LOAD.source, len(keys), *keys, *args]
         await with_deadline(
-            self._client.evalsha(scripts.LOAD.sha, len(keys), *keys, *args), timeout=10
+            run_confirmed(self._client, counter, command, self._wait_replicas, _LOAD_WAIT_MS),
+            timeout=10,
         )

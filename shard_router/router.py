@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import enum
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 from kernel.settings import Settings
 from kernel.sharding import home_shard
@@ -16,23 +17,18 @@ from shard_router import scripts
 from shard_router.autopipeline import AutoPipeline
 from shard_router.breaker import Breaker
 from shard_router.deadline import with_deadline
-from shard_router.keys import borrow_order, shard_keys
+from shard_router.keys import shard_keys
 from shard_router.places import Places
+from shard_router.reserving import (
+    Outcome,
+    Reservation,
+    Reserver,
+    ShardNotLoaded,
+    pending_order,
+)
 
-
-class Outcome(enum.Enum):
-    RESERVED = "RESERVED"  # a unit was taken now
-    REPLAY = "REPLAY"  # this orderId already held the buyer's unit
-    ALREADY = "ALREADY"  # the buyer holds another active order
-    SOLD_OUT = "SOLD_OUT"  # every shard of the item is empty
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    outcome: Outcome
-    order_id: str  # the new order, or the buyer's existing one for ALREADY
-    unit_shard: int = -1
-    units_left_on_shard: int = -1
+__all__ = ["Outcome", "Reservation", "ShardNotLoaded", "ShardRouter", "ShardState", "make_client"]
+_CLUSTER_REDIRECTS = 3  # the cluster client's own MOVED/ASK hops per command (redis-py: 16)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,20 +46,32 @@ def make_client(cfg: Settings) -> RedisCluster:
         ClusterNode(host, int(port)) for host, port in (a.rsplit(":", 1) for a in cfg.redis_nodes)
     ]
     timeout = cfg.redis_timeout_ms / 1000
-    return RedisCluster(
+    client = RedisCluster(
         startup_nodes=nodes,
         decode_responses=False,
         socket_timeout=max(timeout * 4, 1.0),
         socket_connect_timeout=max(timeout * 4, 1.0),
+        # The cold path's commands run under with_deadline; a bounded client keeps what it
+        # does past that deadline (retries, redirections) bounded too.
+        retry=Retry(ExponentialWithJitterBackoff(base=0.05, cap=0.2), retries=1),
     )
+    client.RedisClusterRequestTTL = _CLUSTER_REDIRECTS
+    return client
 
 
 class ShardRouter:
     def __init__(self, cfg: Settings, client: RedisCluster | None = None) -> None:
         self.client = client or make_client(cfg)
         self.breaker = Breaker(cfg.shard_breaker_failures, cfg.shard_breaker_cooldown_ms / 1000)
-        self.pipeline = AutoPipeline(self.client, self.breaker, cfg.redis_timeout_ms / 1000)
-        self.places = Places(self.client, self.pipeline)
+        self.pipeline = AutoPipeline(
+            self.client,
+            self.breaker,
+            cfg.redis_timeout_ms / 1000,
+            wait_replicas=cfg.redis_wait_replicas,
+            wait_timeout_ms=cfg.redis_wait_timeout_ms,
+        )
+        self.places = Places(self.client, self.pipeline, cfg.redis_wait_replicas)
+        self._reserver = Reserver(self.pipeline, cfg.borrow_lease_ms)
 
     async def start(self) -> None:
         await self.client.initialize()
@@ -103,67 +111,23 @@ class ShardRouter:
             in_sync[node.name] = connected > 0 and not lagging
         return in_sync
 
-    async def reserve(
+    def reserve(
         self,
         item_id: int,
         shards: int,
         user_id: int,
         order_id: str,
         payload_for: Callable[[int], bytes],
-    ) -> Reservation:
-        """Take one unit for the buyer: home shard first, then borrow from the others.
+    ) -> Coroutine[Any, Any, Reservation]:
+        """Take one unit for the buyer: home shard first, then borrow from the others
+        (shard_router/reserving.py). ShardUnavailable when Redis cannot confirm, ShardNotLoaded
+        (one) when a shard's stock is unknown: both a 503, never SOLD_OUT.
 
         ``payload_for(shard)`` is the order event as written to the outbox of the shard the unit
-        comes from (the event names that shard).
+        comes from (the event names that shard). (Reserver's coroutine itself: no frame of its
+        own on the hot path.)
         """
-        home = home_shard(user_id, shards)
-        keys = shard_keys(item_id, home)
-        code, value = await self.pipeline.call(
-            scripts.RESERVE, list(keys), [user_id, order_id, payload_for(home)]
-        )
-        text = value.decode() if isinstance(value, bytes) else str(value)
-        if code == 0:
-            return Reservation(Outcome.RESERVED, order_id, home, int(text))
-        if code == 1:
-            return Reservation(Outcome.REPLAY, order_id, home)
-        if code == 2:
-            return Reservation(Outcome.ALREADY, text)
-        for donor in borrow_order(home, shards):
-            reservation = await self._borrow(
-                item_id, home, donor, user_id, order_id, payload_for(donor)
-            )
-            if reservation is not None:
-                return reservation
-        return Reservation(Outcome.SOLD_OUT, order_id)
-
-    async def _borrow(
-        self, item_id: int, home: int, donor: int, user_id: int, order_id: str, payload: bytes
-    ) -> Reservation | None:
-        donor_keys = shard_keys(item_id, donor)
-        code, value = await self.pipeline.call(
-            scripts.BORROW,
-            [donor_keys.stock, donor_keys.orders, donor_keys.outbox],
-            [user_id, order_id, payload],
-        )
-        if code == 3:
-            return None
-        left = int(value) if code == 0 else -1
-        claim_code, existing = await self.pipeline.call(
-            scripts.CLAIM, [shard_keys(item_id, home).buyers], [user_id, order_id]
-        )
-        if claim_code == 2:
-            # A double click won the home shard meanwhile: hand the borrowed unit back.
-            await self._release_unit(item_id, donor, order_id)
-            return Reservation(Outcome.ALREADY, existing.decode())
-        outcome = Outcome.RESERVED if code == 0 and claim_code == 0 else Outcome.REPLAY
-        return Reservation(outcome, order_id, donor, left)
-
-    async def _release_unit(self, item_id: int, unit_shard: int, order_id: str) -> bool:
-        keys = shard_keys(item_id, unit_shard)
-        released = await self.pipeline.call(
-            scripts.RELEASE, [keys.stock, keys.orders, keys.outbox], [order_id]
-        )
-        return bool(released)
+        return self._reserver.reserve(item_id, shards, user_id, order_id, payload_for)
 
     async def release(
         self, item_id: int, shards: int, unit_shard: int, user_id: int, order_id: str
@@ -173,7 +137,7 @@ class ShardRouter:
         Unit first: a crash in between leaves the buyer unable to buy again (harmless), never a
         unit that nobody can buy. Returns whether the unit went back now.
         """
-        released = await self._release_unit(item_id, unit_shard, order_id)
+        released = await self._reserver.release_unit(item_id, unit_shard, order_id)
         await self.pipeline.call(
             scripts.UNCLAIM,
             [shard_keys(item_id, home_shard(user_id, shards)).buyers],
@@ -188,7 +152,7 @@ class ShardRouter:
         """The order the buyer holds for this item according to their home shard, if any."""
         keys = shard_keys(item_id, home_shard(user_id, shards))
         value = await with_deadline(self.client.hget(keys.buyers, str(user_id)))
-        return value.decode() if value else None
+        return pending_order(value) if value else None
 
     def ack_outbox(
         self, item_id: int, unit_shard: int, order_ids: list[str]
@@ -198,11 +162,18 @@ class ShardRouter:
         return self.places.ack_outbox(shard_keys(item_id, unit_shard).outbox, order_ids)
 
     async def units_left(self, item_id: int, shards: int) -> int:
-        """Units left over every shard of the item (one pipelined GET per shard)."""
+        """Units left over every shard of the item (one pipelined GET per shard). A shard whose
+        stock key is missing raises ShardNotLoaded: unknown, not 0, so no sold-out flag is kept
+        up on its account."""
         pipe = self.client.pipeline()
         for k in range(shards):
             pipe.execute_command("GET", shard_keys(item_id, k).stock)
-        return sum(int(v or 0) for v in await with_deadline(pipe.execute()))
+        values = await with_deadline(pipe.execute())
+        for k, value in enumerate(values):
+            if value is None:
+                stock = shard_keys(item_id, k).stock
+                raise ShardNotLoaded(self.pipeline.node_of(stock), f"{stock} is missing")
+        return sum(int(v) for v in values)
 
     async def outboxes_in_use(self, shards: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """The non-empty outboxes among ``shards`` (``(item_id, shard)`` each)."""
