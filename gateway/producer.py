@@ -72,7 +72,8 @@ class OrderProducer:
                 "error_cb": self._error,
             }
         )
-        self._min_brokers_up = cfg.kafka_min_brokers_up
+        # acks=all is refused below min.insync.replicas (2 of 3 brokers), whatever the cause.
+        self._min_brokers_up = cfg.kafka_min_brokers_up or (2 if cfg.kafka_brokers >= 3 else 1)
         self.brokers_up = -1  # unknown until the first statistics: readiness checks a broker
         # Futures in send order with their deadlines: one sweep per poll, no timer per message.
         self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()

@@ -25,14 +25,11 @@ def _split(value: str) -> tuple[str, ...]:
 @dataclass(frozen=True, slots=True)
 class Settings:
     # Where things are.
-    redis_nodes: tuple[str, ...] = (
-        "127.0.0.1:7101",
-        "127.0.0.1:7102",
-        "127.0.0.1:7103",
-        "127.0.0.1:7104",
-        "127.0.0.1:7105",
-        "127.0.0.1:7106",
-    )
+    # 3 primaries, 2 replicas each: a 202 waits for one replica (WAIT), so a primary must keep
+    # a replica after a failover, or its promoted replica could confirm nothing until the dead
+    # node rejoins (measured with one replica: its shards answered 503 for 7.2-8.4 s).
+    redis_nodes: tuple[str, ...] = tuple(f"127.0.0.1:{port}" for port in range(7101, 7110))
+    redis_replicas_per_primary: int = 2
     kafka_bootstrap: str = "127.0.0.1:19092"
     pg_dsn: str = "postgresql://flashsale@127.0.0.1:54329/flashsale"
     state_dir: Path = PROJECT_ROOT / ".stack"
@@ -108,9 +105,10 @@ class Settings:
     kafka_linger_ms: int = 5
     # The producer reads librdkafka's broker states this often; while fewer brokers than
     # kafka_min_brokers_up are connected, a purchase answers 503 before it takes a unit (a send
-    # would only wait out kafka_timeout_ms with the unit held). Set it to min.insync.replicas.
+    # would only wait out kafka_timeout_ms with the unit held). 0: the topics'
+    # min.insync.replicas (2 of 3 brokers, 1 of one).
     kafka_stats_interval_ms: int = 250
-    kafka_min_brokers_up: int = 1
+    kafka_min_brokers_up: int = 0
     inflight_cap: int = 4096
     # Young-generation GC threshold of a gateway process (CPython's default is 700), see app.py.
     gc_gen0_threshold: int = 20_000
@@ -154,6 +152,7 @@ class Settings:
     # Peers (CIDRs) whose X-Forwarded-For names the client; anyone else's is ignored.
     trusted_proxies: tuple[str, ...] = ()
 
+
     # Writer and jobs.
     writer_group: str = "flashsale-writer"
     # The vouchers topic has its own group, so voucher uses never wait behind an orders backlog.
@@ -181,6 +180,14 @@ class Settings:
     gateway_targets: tuple[str, ...] = ("127.0.0.1:8088", "127.0.0.1:18188")
     writer_targets: tuple[str, ...] = ("127.0.0.1:9108",)
     job_targets: tuple[str, ...] = ("127.0.0.1:9109",)
+
+    # The fleet (issue 14; flashsale/fleet/): gateway hosts in network namespaces behind haproxy.
+    # A private /24 the fleet creates: .1 is the host's bridge (the balancer's source address,
+    # the only one the gateways trust), .11, .12, ... the gateway hosts.
+    fleet_subnet: str = "10.77.0.0/24"
+    fleet_balancer_port: int = 18500  # haproxy listens on 127.0.0.1 here
+    # The sold-out agent re-checks each flag it set this often, as a gateway does (half its TTL).
+    fleet_resync_ms: int = 500
 
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"

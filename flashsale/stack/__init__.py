@@ -1,20 +1,29 @@
-"""The local stack: a Redis Cluster, a Kafka broker and PostgreSQL on loopback, by PID file."""
+"""The local stack: a Redis Cluster, a Kafka cluster, PostgreSQL and Prometheus on loopback, by
+PID file."""
 
 from __future__ import annotations
 
 import time
 
-from flashsale.stack.kafka import KafkaBroker
+from flashsale.stack.kafka import KafkaCluster
 from flashsale.stack.postgres import Postgres
 from flashsale.stack.processes import StackError
+from flashsale.stack.prometheus import Prometheus
 from flashsale.stack.redis_cluster import RedisCluster
 from kernel.settings import Settings
 
 __all__ = ["StackError", "down", "pids", "status", "up"]
 
 
-def _components(cfg: Settings) -> list[tuple[str, RedisCluster | KafkaBroker | Postgres]]:
-    return [("redis", RedisCluster(cfg)), ("kafka", KafkaBroker(cfg)), ("postgres", Postgres(cfg))]
+def _components(
+    cfg: Settings,
+) -> list[tuple[str, RedisCluster | KafkaCluster | Postgres | Prometheus]]:
+    return [
+        ("redis", RedisCluster(cfg)),
+        ("kafka", KafkaCluster(cfg)),
+        ("postgres", Postgres(cfg)),
+        ("prometheus", Prometheus(cfg)),  # last up, first down: it scrapes the others
+    ]
 
 
 def up(cfg: Settings, *, quiet: bool = False) -> float:
@@ -41,7 +50,12 @@ def down(cfg: Settings) -> None:
 
 
 def status(cfg: Settings) -> dict[str, str]:
-    return {name: component.status() for name, component in _components(cfg)}
+    found: dict[str, str] = {}
+    for name, component in _components(cfg):
+        found[name] = component.status()
+        if isinstance(component, KafkaCluster):
+            found.update(component.broker_status())  # a line per broker under the summary
+    return found
 
 
 def pids(cfg: Settings) -> list[int]:

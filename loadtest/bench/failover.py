@@ -1,0 +1,288 @@
+"""Redis Cluster failover against its settings: how long a shard cannot take a write after its
+primary is SIGKILLed, and whether a primary paused like a long GC (SIGSTOP 1 s, 2 s) is failed
+over for nothing, per ``cluster-node-timeout`` and ``cluster-replica-validity-factor``.
+
+Each configuration gets a throwaway cluster of its own (3 primaries + 3 replicas, started by the
+stack's own code on ports nothing listens on, in a temporary state directory), never the stack's.
+Per kill it measures, from the SIGKILL:
+
+- promoted: the victim's replica accepts a write (a SET straight to it, every 10 ms);
+- router: the stack's ShardRouter reserves on the victim's shard again (what a buyer sees: 503
+  until then), while buyers of the other primaries' shards keep reserving (their failures count).
+
+Usage: python -m loadtest.bench.failover [--configs 5000,2000,1000,1000/0] [--kills 3]
+    [--pauses 3] [--port 7401] [--wait-replicas 0] [--breaker-cooldown-ms 1000]
+    (a config is node-timeout-ms[/validity-factor])
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import os
+import shutil
+import signal
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from flashsale.stack.processes import Managed, port_open
+from flashsale.stack.redis_cluster import RedisCluster, replication_info
+from kernel.settings import Settings, settings
+from shard_router import Outcome, ShardRouter, ShardUnavailable
+
+SHARDS = 6
+POLL_S = 0.01
+GIVE_UP_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node_timeout_ms: int
+    validity_factor: int
+
+    @classmethod
+    def parse(cls, text: str) -> Config:
+        timeout, _, factor = text.partition("/")
+        return cls(int(timeout), int(factor or 10))
+
+
+@dataclass(slots=True)
+class Row:
+    config: Config
+    promoted_s: list[float] = field(default_factory=list)
+    router_s: list[float] = field(default_factory=list)
+    other_failures: int = 0  # reserves on the other primaries' shards that failed meanwhile
+    failovers_1s: list[bool] = field(default_factory=list)
+    failovers_2s: list[bool] = field(default_factory=list)
+
+
+@contextmanager
+def throwaway_cluster(base: Settings, config: Config, first_port: int) -> Iterator[Settings]:
+    ports = range(first_port, first_port + 6)
+    taken = [p for p in ports if port_open(f"127.0.0.1:{p}") or port_open(f"127.0.0.1:{p + 10000}")]
+    if taken:
+        raise SystemExit(f"ports {taken} are in use: pass --port for six free ones")
+    state = Path(tempfile.mkdtemp(prefix="flashsale-failover-"))
+    cfg = dataclasses.replace(
+        base,
+        state_dir=state,
+        redis_nodes=tuple(f"127.0.0.1:{p}" for p in ports),
+        redis_replicas_per_primary=1,  # the failover's timing: one replica to promote is enough
+        redis_node_timeout_ms=config.node_timeout_ms,
+        redis_replica_validity_factor=config.validity_factor,
+    )
+    cluster = RedisCluster(cfg)
+    try:
+        cluster.up()
+        yield cfg
+    finally:
+        cluster.down()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _pid(cfg: Settings, address: str) -> int:
+    pid = Managed(f"redis-{address.rsplit(':', 1)[1]}", cfg.state_dir).pid()
+    assert pid is not None, f"{address} is not running"
+    return pid
+
+
+def _replica_of(cfg: Settings, primary: str) -> str:
+    port = primary.rsplit(":", 1)[1]
+    for address in cfg.redis_nodes:
+        info = replication_info(address)
+        if info.get("role") == "slave" and info.get("master_port") == port:
+            return address
+    raise RuntimeError(f"{primary} has no replica")
+
+
+async def _until(check: Callable[[], Awaitable[bool]], deadline: float) -> float:
+    """Seconds from now until ``await check()`` is true (``inf`` past the deadline)."""
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        if await check():
+            return time.monotonic() - started
+        await asyncio.sleep(POLL_S)
+    return float("inf")
+
+
+class Shards:
+    """One item over 6 shards on the throwaway cluster, and a buyer per call."""
+
+    def __init__(self, router: ShardRouter) -> None:
+        self.router = router
+        self.item = uuid.uuid4().int % 10**9 * 1000 + 9 * 10**12
+        self._buyers = iter(range(SHARDS, 10**9))
+
+    async def load(self) -> None:
+        for k in range(SHARDS):
+            await self.router.load_shard(self.item, k, 10**6, [], [])
+
+    def node(self, shard: int) -> str:
+        return self.router.pipeline.node_of(f"{{item:{self.item}:{shard}}}:stock")
+
+    async def buy(self, shard: int) -> bool:
+        user = next(self._buyers) * SHARDS + shard  # homed on ``shard``
+        try:
+            res = await self.router.reserve(self.item, SHARDS, user, str(uuid.uuid4()), _payload)
+        except ShardUnavailable:
+            return False
+        return res.outcome is Outcome.RESERVED
+
+
+def _payload(_shard: int) -> bytes:
+    return b"failover-bench"
+
+
+async def _kill_once(cfg: Settings, row: Row) -> None:
+    router = ShardRouter(cfg)
+    await router.start()
+    try:
+        shards = Shards(router)
+        await shards.load()
+        victim = shards.node(0)
+        others = [k for k in range(1, SHARDS) if shards.node(k) != victim]
+        host, port = _replica_of(cfg, victim).rsplit(":", 1)
+        replica = Redis(host=host, port=int(port), socket_timeout=1)
+        assert await shards.buy(0)
+        stop = asyncio.Event()
+
+        async def other_buyers() -> None:
+            while not stop.is_set():
+                for k in others:
+                    row.other_failures += not await shards.buy(k)
+                await asyncio.sleep(POLL_S)
+
+        async def writable() -> bool:
+            try:
+                return bool(await replica.set(f"{{item:{shards.item}:0}}:probe", b"1"))
+            except Exception:  # noqa: BLE001 - MOVED or READONLY until it is promoted
+                return False
+
+        async def sells() -> bool:
+            return await shards.buy(0)
+
+        meanwhile = asyncio.create_task(other_buyers())
+        os.kill(_pid(cfg, victim), signal.SIGKILL)
+        deadline = time.monotonic() + GIVE_UP_S
+        routed_task = asyncio.create_task(_until(sells, deadline))
+        promoted = await _until(writable, deadline)
+        if cfg.redis_wait_replicas:
+            # The promoted primary has no replica to confirm a WAIT until the victim is back:
+            # restart it at once, as a supervisor would.
+            await asyncio.to_thread(RedisCluster(cfg).up)
+        routed = await routed_task
+        stop.set()
+        await meanwhile
+        await replica.aclose()
+        row.promoted_s.append(promoted)
+        row.router_s.append(routed)
+    finally:
+        await router.close()
+    await asyncio.to_thread(RedisCluster(cfg).up)  # the victim rejoins, as a replica
+
+
+def _paused_fails_over(cfg: Settings, pause_s: float) -> bool:
+    """SIGSTOP a primary for ``pause_s``, SIGCONT it, and watch whether its replica took over
+    (for 3 node timeouts after: a failover decided during the pause completes after it)."""
+    primary = RedisCluster(cfg).primaries()[0]
+    replica = _replica_of(cfg, primary)
+    pid = _pid(cfg, primary)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(pause_s)  # the fault itself is a pause of this length
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    deadline = time.monotonic() + max(3 * cfg.redis_node_timeout_ms / 1000, 3.0)
+    while time.monotonic() < deadline:
+        if replication_info(replica).get("role") == "master":
+            RedisCluster(cfg).up()  # settled: the old primary is the replica now
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def measure(base: Settings, config: Config, kills: int, pauses: int, port: int) -> Row:
+    row = Row(config)
+    with throwaway_cluster(base, config, port) as cfg:
+        print(
+            f"  {cfg.state_dir}: router WAITs for {cfg.redis_wait_replicas} replica(s),"
+            f" breaker cooldown {cfg.shard_breaker_cooldown_ms} ms",
+            flush=True,
+        )
+        for _ in range(kills):
+            asyncio.run(_kill_once(cfg, row))
+        for _ in range(pauses):
+            row.failovers_1s.append(_paused_fails_over(cfg, 1.0))
+            row.failovers_2s.append(_paused_fails_over(cfg, 2.0))
+    return row
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "-"
+    return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
+
+
+def table(rows: list[Row]) -> str:
+    lines = [
+        "| cluster-node-timeout | replica-validity-factor | replica writable after SIGKILL, s"
+        " (min / median / max) | shard sells again via the router, s | other shards' failures"
+        " | 1 s pause failed over | 2 s pause failed over |",
+        "| ---: | ---: | --- | --- | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.config.node_timeout_ms} ms | {r.config.validity_factor}"
+            f" | {_spread(r.promoted_s)} | {_spread(r.router_s)} | {r.other_failures}"
+            f" | {sum(r.failovers_1s)}/{len(r.failovers_1s)}"
+            f" | {sum(r.failovers_2s)}/{len(r.failovers_2s)} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--configs", default="5000,3000,2000,1500,1000,1000/0,1000/1")
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--pauses", type=int, default=3)
+    parser.add_argument("--port", type=int, default=7401, help="the first of six free ports")
+    parser.add_argument(
+        "--wait-replicas",
+        type=int,
+        default=0,
+        help="the router's WAIT (redis_wait_replicas); with 1, a promoted primary sells only"
+        " once the killed node is back as its replica, so the bench restarts it at once",
+    )
+    parser.add_argument(
+        "--breaker-cooldown-ms",
+        type=int,
+        default=settings().shard_breaker_cooldown_ms,
+        help="the router's breaker cooldown: while open, calls fail without touching the dead"
+        " node, so the router learns the new primary only at a probe, once per cooldown",
+    )
+    args = parser.parse_args()
+    base = dataclasses.replace(
+        settings(),
+        redis_wait_replicas=args.wait_replicas,
+        shard_breaker_cooldown_ms=args.breaker_cooldown_ms,
+    )
+    rows = []
+    for text in args.configs.split(","):
+        config = Config.parse(text)
+        print(f"measuring {config} ...", flush=True)
+        rows.append(measure(base, config, args.kills, args.pauses, args.port))
+        print(table(rows[-1:]).splitlines()[-1], flush=True)
+    print(table(rows))
+
+
+if __name__ == "__main__":
+    main()
