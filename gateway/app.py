@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 _SOLD_OUT_START = {"type": "http.response.start", "status": 410, "headers": SOLD_OUT_HEADERS}
 _SOLD_OUT_BODY = {"type": "http.response.body", "body": SOLD_OUT_BODY}
 # Never refused by admission: a probe that failed under load would take a busy process out of
-# its load balancer and pile its share onto the others. (/readyz has its own rate limit.)
-_UNGATED = frozenset({"/healthz", "/readyz"})
+# its load balancer and pile its share onto the others, and a refused scrape would hide the
+# overload from Prometheus exactly then. (/readyz and /metrics have their own rate limit.)
+_UNGATED = frozenset({"/healthz", "/readyz", "/metrics"})
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from loadtest.bench import results as store
 from loadtest.bench.stats import figure, select
+from loadtest.capacity.emit import emit_k8s, k8s_options
 from loadtest.capacity.model import HEADROOM, Figures, Fleet, Latency, Measured, Target, plan
 
 DEFAULT_TARGET = Target(rps=500_000, sold_out_share=0.98, stock=10_000, items=1, p99_ms=100)
@@ -176,7 +177,16 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--headroom", type=float, default=HEADROOM, help="busiest a core may run")
     p.add_argument("--drain-s", type=float, default=d.drain_s, help="orders stored within (s)")
     p.add_argument("--results", type=Path, default=store.RESULTS_PATH)
+    p.add_argument(
+        "--emit",
+        nargs=2,
+        metavar=("k8s", "DIR"),
+        help="also write the fleet's Kubernetes manifests into DIR (loadtest/capacity/k8s.py)",
+    )
+    k8s_options(p)
     args = p.parse_args(argv)
+    if args.emit and args.emit[0] != "k8s":
+        p.error(f"--emit: k8s is the one kind, not {args.emit[0]!r}")
     if not 0 <= args.sold_out_share <= 1 or not 0 < args.headroom <= 1:
         p.error("--sold-out-share must be in [0, 1] and --headroom in (0, 1]")
     return args
@@ -213,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
+    if args.emit:
+        emit_k8s(Path(args.emit[1]), fleet, target, fig, args)
 
 
 if __name__ == "__main__":

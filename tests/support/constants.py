@@ -9,6 +9,9 @@ PURCHASE_HTTP_PORT = 18089  # tests/gateway/test_purchase_http.py
 PIPELINE_PORT = 18095  # tests/system/test_order_pipeline.py (and +1 for its doomed gateway)
 VOUCHER_PORT = 18301  # tests/system/test_vouchers.py
 SHORT_HOLD_PORT = 18302  # tests/system/test_vouchers.py: a 3 s hold, and the doomed gateway
+DASHBOARD_PORT = 18401  # tests/deploy/test_dashboard.py
+WATCH_PORT = 18402  # tests/flashsale/test_watch.py
+REPORT_PORT = 18403  # tests/flashsale/test_report.py
 
 # Tests share 2 cores with Redis, Kafka, PostgreSQL and the writer: a 250 ms Redis deadline
 # would turn scheduling hiccups into 503s. The deadline itself is tested with a paused node.

@@ -1,0 +1,92 @@
+"""``flashsale watch [--sale ID]``: a sale live in the terminal, redrawn every second: per item
+and shard the stock left, holds and outbox (Redis) and the orders sold (PostgreSQL); answers per
+second by outcome; p50/p99 of the reservation and of each route; the writers' lag;
+reconciliation's findings; the alerts firing. Figures come from Prometheus
+(FLASHSALE_PROMETHEUS_URL) when it answers, else from the processes' /metrics pages
+(FLASHSALE_GATEWAY_TARGETS, _WRITER_TARGETS, _JOB_TARGETS): any deployment, given addresses."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from flashsale.cli.parser import Subcommands, at_least, command, integer
+from kernel.settings import Settings
+
+
+async def _frame(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: Any) -> Any:
+    import asyncio
+
+    from flashsale.observe.console import frame
+    from flashsale.observe.figures import figures_now
+    from flashsale.observe.state import sale_view
+
+    sale = await sale_view(pool, router, sale_id)
+    items = [item.item_id for item in sale.items]
+    # HTTP to Prometheus or the pages is blocking: off the loop, beside the Redis calls.
+    figures = await asyncio.to_thread(figures_now, cfg, scraper, items)
+    return frame(sale, figures)
+
+
+def _watch(args: argparse.Namespace, cfg: Settings) -> int:
+    import asyncio
+
+    from rich.console import Console
+    from rich.live import Live
+
+    from flashsale.cli.connect import run_stack
+    from flashsale.cli.errors import Failure
+    from flashsale.observe.figures import Scraper
+    from flashsale.observe.state import NoSale, pick_sale
+
+    console = Console()
+
+    async def work(pool: Any, router: Any) -> int:
+        try:
+            sale_id = await pick_sale(pool, args.sale)
+        except NoSale as exc:
+            raise Failure(str(exc)) from None
+        scraper = Scraper(cfg)
+        if args.once or not console.is_terminal:
+            # Off a terminal (a pipe, a log): one frame, as plain text.
+            console.print(await _frame(cfg, pool, router, sale_id, scraper))
+            return 0
+        with Live(await _frame(cfg, pool, router, sale_id, scraper), console=console) as live:
+            next_at = time.monotonic()
+            while True:
+                next_at += args.interval
+                await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+                live.update(await _frame(cfg, pool, router, sale_id, scraper))
+
+    try:
+        return run_stack(cfg, work)
+    except KeyboardInterrupt:  # Ctrl-C is how a watch ends
+        return 0
+
+
+def add_watch(sub: Subcommands) -> None:
+    p = command(
+        sub,
+        "watch",
+        "watch a sale live: stock, orders, answers/s, latency, lag, drift, alerts",
+        _watch,
+    )
+    p.add_argument(
+        "--sale",
+        type=integer,
+        metavar="SALE_ID",
+        help="the sale to watch (default: the armed sale on sale now, else the one armed last)",
+    )
+    p.add_argument(
+        "--interval",
+        type=at_least(1),
+        default=1,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default: 1)",
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="print one frame and exit (also what it does when stdout is not a terminal)",
+    )

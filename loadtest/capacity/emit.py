@@ -1,0 +1,55 @@
+"""The planner's ``--emit k8s DIR``: its options, and the manifests written from its answer."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kernel.settings import settings
+from loadtest.capacity import k8s
+from loadtest.capacity.manifests import Sizing
+from loadtest.capacity.model import Figures, Fleet, Target
+
+_DEFAULTS = Sizing(0, 0.0, 0.0, 0.0, 0.0, 0, 0, "")
+
+
+def k8s_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("Kubernetes (--emit k8s DIR)")
+    d = _DEFAULTS
+    group.add_argument("--image", default=d.image, help="the project's container image")
+    group.add_argument("--kubectl-image", default=d.kubectl_image, help="the scaler's image")
+    group.add_argument("--redis-nodes", default=d.redis_nodes, help="Redis Cluster seed nodes")
+    group.add_argument("--kafka-bootstrap", default=d.kafka_bootstrap, help="Kafka bootstrap")
+    group.add_argument(
+        "--idle-replicas", type=int, default=d.idle_replicas, help="gateways outside a sale"
+    )
+    group.add_argument(
+        "--sale-start",
+        default=d.sale_start,
+        help="ISO 8601 (e.g. 2026-12-12T10:00:00Z): the pre-scale runs --prescale-lead-min"
+        " before it; none given: the pre-scale CronJob is rendered suspended",
+    )
+    group.add_argument("--sale-end", default=d.sale_end, help="ISO 8601: scale back after it")
+    group.add_argument("--prescale-lead-min", type=int, default=d.prescale_lead_min)
+
+
+def emit_k8s(
+    directory: Path, fleet: Fleet, target: Target, figures: Figures, args: argparse.Namespace
+) -> None:
+    sized = k8s.sizing(
+        fleet,
+        target,
+        figures,
+        settings().orders_partitions,
+        image=args.image,
+        kubectl_image=args.kubectl_image,
+        redis_nodes=args.redis_nodes,
+        kafka_bootstrap=args.kafka_bootstrap,
+        idle_replicas=args.idle_replicas,
+        sale_start=args.sale_start,
+        sale_end=args.sale_end,
+        prescale_lead_min=args.prescale_lead_min,
+    )
+    print(f"\nKubernetes manifests ({sized.gateway_replicas} gateways, {sized.writers} writers):")
+    for path in k8s.write(sized, directory):
+        print(f"  {path}")
