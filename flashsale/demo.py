@@ -17,6 +17,7 @@ import aiohttp
 import asyncpg
 import uvloop
 
+from flashsale.observe.report import write_report
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from gateway.auth import sign_token
 from jobs.reconcile import reconcile, render_table
@@ -31,7 +32,8 @@ LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
 
 async def _create_sale(
     session: aiohttp.ClientSession, cfg: Settings, units: int, shards: int
-) -> int:
+) -> tuple[int, int]:
+    """(sale id, item id) of a one-item sale, created and armed through the admin API."""
     admin = {"Authorization": f"Bearer {cfg.admin_token}"}
     now = dt.datetime.now(dt.UTC)
     body = {
@@ -45,8 +47,7 @@ async def _create_sale(
         assert response.status == 201, sale
     async with session.post(f"/admin/sales/{sale['saleId']}/arm", headers=admin) as response:
         assert response.status == 200, await response.text()
-    item_id: int = sale["items"][0]["itemId"]
-    return item_id
+    return int(sale["saleId"]), int(sale["items"][0]["itemId"])
 
 
 async def _spike(
@@ -111,7 +112,7 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
     base = f"http://127.0.0.1:{DEMO_PORT}"
     connector = aiohttp.TCPConnector(limit=256)
     async with aiohttp.ClientSession(base, connector=connector) as session:
-        item_id = await _create_sale(session, cfg, units, shards)
+        sale_id, item_id = await _create_sale(session, cfg, units, shards)
         print(
             f"demo: sale armed, item {item_id}: {units} units over {shards} shards; "
             f"{buyers} buyers press Buy"
@@ -132,6 +133,8 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
             "group by user_id having count(*) > 1) t",
             item_id,
         )
+        # The post-sale report: Prometheus scraped the demo's gateway and writer.
+        png, summary = await write_report(cfg, pool, sale_id)
     finally:
         await router.close()
         await pool.close()
@@ -152,6 +155,8 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
     print(render_table(reports))
     drift = sum(r.drift for r in reports)
     print(f"  drift           {drift}")
+    print("\n".join(summary))
+    print(f"  sale report     {png}")
     # A 503 is "could not confirm": its unit may still have been taken (the outbox relay then
     # delivers the order, and the buyer's status poll shows it), so 202s <= orders stored.
     ok = (

@@ -42,6 +42,8 @@ class _Stats(msgspec.Struct):
 
 
 _decode_stats = msgspec.json.Decoder(_Stats).decode
+# librdkafka's broker states after a connection failed, until it is up again.
+_UNREACHABLE = frozenset({"DOWN", "TRY_CONNECT", "CONNECT"})
 
 
 _BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
@@ -88,9 +90,12 @@ class OrderProducer:
         return self.brokers_up < 0 or self.brokers_up >= self._min_brokers_up
 
     def _stats(self, stats_json: str) -> None:
-        # Bootstrap entries have nodeid -1: count the cluster's real brokers only.
-        brokers = _decode_stats(stats_json).brokers.values()
-        self.brokers_up = sum(1 for b in brokers if b.nodeid >= 0 and b.state == "UP")
+        # Bootstrap entries have nodeid -1: count the cluster's real brokers only. librdkafka
+        # connects to a broker only once it leads a partition we send to, so a broker never
+        # tried (INIT) counts as usable; one whose connection failed does not.
+        brokers = [b for b in _decode_stats(stats_json).brokers.values() if b.nodeid >= 0]
+        if brokers:  # none known yet (before the first metadata): keep what we knew
+            self.brokers_up = sum(1 for b in brokers if b.state not in _UNREACHABLE)
 
     def _error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
