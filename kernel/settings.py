@@ -152,7 +152,6 @@ class Settings:
     # Peers (CIDRs) whose X-Forwarded-For names the client; anyone else's is ignored.
     trusted_proxies: tuple[str, ...] = ()
 
-
     # Writer and jobs.
     writer_group: str = "flashsale-writer"
     # The vouchers topic has its own group, so voucher uses never wait behind an orders backlog.

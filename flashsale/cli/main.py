@@ -10,14 +10,17 @@ import traceback
 from collections.abc import Sequence
 
 from flashsale.cli.errors import CliError
+from flashsale.cli.fleet import add_fleet
 from flashsale.cli.item import add_item
 from flashsale.cli.parser import Parser, subcommands
 from flashsale.cli.processes import add_expiry, add_gateway, add_writer
 from flashsale.cli.reconcile import add_reconcile
+from flashsale.cli.report import add_report
 from flashsale.cli.sale import add_sale
 from flashsale.cli.stack import add_migrate, add_stack
 from flashsale.cli.tools import add_demo, add_token
 from flashsale.cli.voucher import add_voucher
+from flashsale.cli.watch import add_watch
 from kernel.settings import settings
 
 # `flashsale --help` lists them in this order: the order an operator meets them in. Each
@@ -29,9 +32,12 @@ COMMANDS = (
     add_sale,
     add_gateway,
     add_writer,
+    add_fleet,
     add_item,
+    add_watch,
     add_expiry,
     add_reconcile,
+    add_report,
     add_voucher,
     add_demo,
     add_token,
@@ -39,8 +45,9 @@ COMMANDS = (
 
 DESCRIPTION = """\
 The flash-sale gateway's operator command line. A sale's life, in the order of the commands:
-start the stack and migrate; create a sale, check it (sale show), arm it; run gateways and a
-writer; watch and pause items; run expiry; reconcile; vouchers alongside."""
+start the stack and migrate; create a sale, check it (sale show), arm it; run gateways (or a
+fleet of them behind a balancer) and a writer; watch and pause items; run expiry; reconcile;
+report; vouchers alongside."""
 
 EPILOG = """\
 Exit status: 0 done; 1 failed (not found, not ready, drift, answered no); 2 usage error (an

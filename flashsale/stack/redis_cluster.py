@@ -121,9 +121,7 @@ class RedisCluster:
         replicas = [replication_info(a) for a in self.nodes]
         linked = [r for r in replicas if r.get("role") == "slave"]
         wanted = len(self.nodes) * self.replicas // (1 + self.replicas)
-        return len(linked) >= wanted and all(
-            r.get("master_link_status") == "up" for r in linked
-        )
+        return len(linked) >= wanted and all(r.get("master_link_status") == "up" for r in linked)
 
     def down(self) -> int:
         return sum(self._node(a).stop() for a in self.nodes)

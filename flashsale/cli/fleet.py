@@ -1,0 +1,62 @@
+"""``flashsale fleet up|down|status``: gateway hosts in namespaces behind haproxy (issue 14)."""
+
+from __future__ import annotations
+
+import argparse
+
+from flashsale.cli.parser import Subcommands, command, subcommands
+from kernel.settings import Settings
+
+
+def _up(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale.fleet import fleet
+
+    hosts = fleet.up(cfg, args.gateways)
+    print(f"fleet: {len(hosts)} gateway hosts behind {fleet.balancer_url(cfg)}")
+    _print_status(cfg)
+    return 0
+
+
+def _down(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale.fleet import fleet
+
+    stopped = fleet.down(cfg)
+    print(f"fleet: stopped {', '.join(stopped) or 'nothing'}; namespaces and veths deleted")
+    return 0
+
+
+def _status(args: argparse.Namespace, cfg: Settings) -> int:
+    _print_status(cfg)
+    return 0
+
+
+def _print_status(cfg: Settings) -> None:
+    from flashsale.fleet import fleet
+
+    for row in fleet.status(cfg):
+        pid = row["pid"] or "-"
+        ready = "ready" if row["ready"] else "not ready"
+        balancer = f"  balancer:{row['balancer']}" if "balancer" in row else ""
+        print(f"  {row['name']:<8} {row['address']:<36} pid {pid!s:<8} {ready}{balancer}")
+
+
+def _gateways(text: str) -> int:
+    count = int(text)
+    if not 1 <= count <= 200:  # addresses .11 .. .210 of the fleet's /24
+        raise argparse.ArgumentTypeError("between 1 and 200")
+    return count
+
+
+def add_fleet(sub: Subcommands) -> None:
+    parser = command(sub, "fleet", "start, stop or show gateway hosts (namespaces) behind haproxy")
+    actions = subcommands(parser, "action")
+    up = command(actions, "up", "create the hosts, start a gateway in each, haproxy in front", _up)
+    up.add_argument(
+        "--gateways",
+        type=_gateways,
+        default=2,
+        metavar="N",
+        help="gateway hosts, one network namespace each (default: 2)",
+    )
+    command(actions, "down", "stop exactly what `fleet up` started, delete its network", _down)
+    command(actions, "status", "show each host, the balancer and the sold-out agent", _status)

@@ -1,0 +1,44 @@
+"""The fleet's tests need root (namespaces, nftables), haproxy, and a stack already up: they
+use the shared stack as it is and never start, stop or migrate it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from flashsale.fleet import fleet
+from flashsale.fleet.namespaces import Host
+from flashsale.stack.processes import port_open, settings_env
+from kernel.settings import Settings, settings
+from tests.support.constants import LIFTED_IP_LIMITS, REDIS_TIMEOUT_MS
+from tests.support.writer import running_writer
+
+GATEWAYS = 3
+FLEET_ENV = settings_env(**LIFTED_IP_LIMITS, redis_timeout_ms=REDIS_TIMEOUT_MS)
+
+
+@pytest.fixture(scope="module")
+def live_stack() -> Settings:
+    cfg = settings()
+    if os.geteuid() != 0 or not shutil.which("haproxy") or not shutil.which("nft"):
+        pytest.skip("the fleet needs root, haproxy and nftables (scripts/bootstrap)")
+    first_broker = cfg.kafka_bootstrap.split(",")[0]
+    needed = [*cfg.redis_nodes, first_broker, f"127.0.0.1:{cfg.pg_port}"]
+    if not all(port_open(address) for address in needed):
+        pytest.skip("the stack is not up (`flashsale stack up`)")
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def hosts(live_stack: Settings) -> Iterator[list[Host]]:
+    """A fleet of GATEWAYS hosts for the module, and a writer (a cancel needs the order stored)."""
+    fleet.down(live_stack)  # a previous run killed mid-way may have left its network
+    with running_writer():
+        up = fleet.up(live_stack, GATEWAYS, FLEET_ENV)
+        try:
+            yield up
+        finally:
+            fleet.down(live_stack)

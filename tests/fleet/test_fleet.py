@@ -1,0 +1,194 @@
+"""The fleet (issue 14) with real processes: gateway hosts in namespaces behind haproxy."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import httpx
+import pytest
+
+from flashsale.fleet import fleet, haproxy, namespaces
+from flashsale.fleet.namespaces import Host
+from gateway.auth import sign_token
+from gateway.paths import purchase_path
+from kernel.settings import Settings
+from shard_router import ShardRouter
+from shard_router.stock_events import publish
+from tests.fleet.buyers import buy_new, users
+from tests.fleet.conftest import GATEWAYS
+from tests.support.gateway import new_sale
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _in_map(cfg: Settings, item_id: int) -> bool:
+    root = fleet.paths(cfg)
+    out = haproxy.command(root.socket, f"get map {root.soldout_map} {purchase_path(item_id)}")
+    return "found=yes" in out  # haproxy answers "type=str, case=sensitive, found=no"
+
+
+async def _sell_out(cfg: Settings, base: str, item_id: int, buyers: int) -> Counter[int]:
+    """Every buyer at once through the balancer; a 503 is retried (a shared 2-core box)."""
+    async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=200)) as s:
+
+        async def buy(user: int) -> int:
+            headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
+            for _ in range(20):
+                async with s.post(purchase_path(item_id), headers=headers) as response:
+                    if response.status not in (503, 403):  # 403: see _buy_new
+                        return response.status
+                await asyncio.sleep(0.2)
+            return 503
+
+        return Counter(await asyncio.gather(*(buy(next(users)) for _ in range(buyers))))
+
+
+def test_every_host_is_up_and_behind_the_balancer(live_stack: Settings, hosts: list[Host]) -> None:
+    rows = {row["name"]: row for row in fleet.status(live_stack)}
+    for host in hosts:
+        assert rows[f"gw{host.index}"]["ready"] is True
+        assert rows[f"gw{host.index}"]["balancer"] == "UP"
+    assert rows["haproxy"]["pid"] and rows["agent"]["pid"]
+
+
+def test_a_purchase_through_the_balancer(live_stack: Settings, hosts: list[Host]) -> None:
+    base = fleet.balancer_url(live_stack)
+    item_id = new_sale(base, 10, 2)["items"][0]["itemId"]
+    answer = buy_new(live_stack, base, item_id, next(users))
+    assert answer.status_code == 202, answer.text
+    assert answer.json()["status"] == "PENDING"
+
+
+def test_the_balancer_answers_410_like_a_gateway(live_stack: Settings, hosts: list[Host]) -> None:
+    base = fleet.balancer_url(live_stack)
+    item_id = new_sale(base, 1, 1)["items"][0]["itemId"]
+    assert buy_new(live_stack, base, item_id, next(users)).status_code == 202
+    from_gateway = buy_new(live_stack, fleet.gateway_url(live_stack, hosts[0]), item_id, 1)
+    assert from_gateway.status_code == 410
+    deadline = time.monotonic() + 1
+    while not _in_map(live_stack, item_id):
+        assert time.monotonic() < deadline, "the agent never flagged the item"
+        time.sleep(0.01)
+    from_balancer = buy_new(live_stack, base, item_id, next(users))
+    assert from_balancer.status_code == 410
+    assert from_balancer.content == from_gateway.content
+    names = {"content-type", "content-length", "server", "date"}
+    assert set(from_balancer.headers) == set(from_gateway.headers) == names
+    for name in ("content-type", "content-length", "server"):
+        assert from_balancer.headers[name] == from_gateway.headers[name]
+
+
+async def test_sold_out_reaches_every_gateway_and_the_balancer(
+    live_stack: Settings, hosts: list[Host]
+) -> None:
+    """A 1,000-unit sale over 3 gateways; then small sales, to measure the flag's delay."""
+    base = fleet.balancer_url(live_stack)
+    item_id = new_sale(base, 1000, 4)["items"][0]["itemId"]
+    outcomes = await _sell_out(live_stack, base, item_id, 1100)
+    assert outcomes[202] == 1000 and outcomes[410] == 100, outcomes
+    delays = [_flag_delay(live_stack, hosts, item_id, sold_at=time.monotonic())]
+    for _ in range(30):
+        small = new_sale(base, 1, 1)["items"][0]["itemId"]
+        assert buy_new(live_stack, base, small, next(users)).status_code == 202
+        # The first 410 from Redis is what broadcasts the sell-out (gateway/purchase.py).
+        first = buy_new(live_stack, fleet.gateway_url(live_stack, hosts[0]), small, next(users))
+        assert first.status_code == 410
+        delays.append(_flag_delay(live_stack, hosts, small, sold_at=time.monotonic()))
+    delays.sort()
+    p99 = delays[min(len(delays) - 1, int(len(delays) * 0.99))]
+    print(
+        f"\nbalancer flag delay after the first 410: p50 {delays[len(delays) // 2] * 1000:.1f} ms"
+        f", p99 {p99 * 1000:.1f} ms, max {delays[-1] * 1000:.1f} ms over {len(delays)} items"
+    )
+    assert p99 <= 0.1
+
+
+def _flag_delay(cfg: Settings, hosts: list[Host], item_id: int, sold_at: float) -> float:
+    """Until the balancer answers the item itself; every gateway answers 410 by then too."""
+    while not _in_map(cfg, item_id):
+        assert time.monotonic() - sold_at < 1.0, "not flagged at the balancer within 1 s"
+        time.sleep(0.002)
+    delay = time.monotonic() - sold_at
+    for host in hosts:
+        assert buy_new(cfg, fleet.gateway_url(cfg, host), item_id, next(users)).status_code == 410
+    assert buy_new(cfg, fleet.balancer_url(cfg), item_id, next(users)).status_code == 410
+    return delay
+
+
+def test_a_cancel_reopens_the_item_at_the_balancer(live_stack: Settings, hosts: list[Host]) -> None:
+    base = fleet.balancer_url(live_stack)
+    item_id = new_sale(base, 1, 1)["items"][0]["itemId"]
+    owner = next(users)
+    order = buy_new(live_stack, base, item_id, owner).json()["orderId"]
+    assert (
+        buy_new(live_stack, fleet.gateway_url(live_stack, hosts[1]), item_id, 2).status_code == 410
+    )
+    _wait_for(lambda: _in_map(live_stack, item_id), 1.0)
+    headers = {"Authorization": f"Bearer {sign_token(live_stack, owner)}"}
+    cancel_url = f"{base}/api/flash-sales/orders/{order}/cancel"
+    deadline = time.monotonic() + 30  # the writer must have stored the order first
+    while (cancelled := httpx.post(cancel_url, headers=headers, timeout=10)).status_code != 200:
+        assert time.monotonic() < deadline, cancelled.text
+        time.sleep(0.1)
+    returned_at = time.monotonic()
+    while (answer := buy_new(live_stack, base, item_id, next(users))).status_code != 202:
+        assert answer.status_code == 410, answer.text
+        assert time.monotonic() - returned_at < 1.0, "still sold out at the balancer after 1 s"
+        time.sleep(0.01)
+    print(
+        f"\npurchasable through the balancer {1000 * (time.monotonic() - returned_at):.0f} ms "
+        "after the cancel answered"
+    )
+
+
+def _wait_for(check: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline
+        time.sleep(0.005)
+
+
+async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
+    live_stack: Settings, hosts: list[Host]
+) -> None:
+    """A sold-out broadcast for an item that has stock (one outdated by a restock whose own
+    broadcast was lost, say): the agent's next re-check against Redis takes the flag away."""
+    base = fleet.balancer_url(live_stack)
+    item_id = new_sale(base, 5, 1)["items"][0]["itemId"]
+    router = ShardRouter(live_stack)
+    await router.start()
+    try:
+        await publish(router.client, "soldout", item_id)
+    finally:
+        await router.close()
+    _wait_for(lambda: _in_map(live_stack, item_id), 1.0)
+    flagged_at = time.monotonic()
+    _wait_for(lambda: not _in_map(live_stack, item_id), 10)
+    print(f"\nstale flag gone after {1000 * (time.monotonic() - flagged_at):.0f} ms")
+    assert buy_new(live_stack, base, item_id, next(users)).status_code == 202
+
+
+def test_down_leaves_nothing(live_stack: Settings, hosts: list[Host]) -> None:
+    pids = {int(row["pid"]) for row in fleet.status(live_stack) if row["pid"]}  # type: ignore[call-overload]
+    assert len(pids) == GATEWAYS + 2
+    for host in hosts:  # the gateways' workers too: every process inside the namespaces
+        inside = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True)
+        pids |= {int(pid) for pid in inside.stdout.split()}
+    fleet.down(live_stack)
+    assert namespaces.leftovers() == []
+    assert not list((fleet.paths(live_stack).root / "pids").glob("*.pid"))
+    assert [pid for pid in pids if _running(pid)] == []
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (our own children stay zombies until this process reaps them)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
