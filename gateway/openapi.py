@@ -34,7 +34,7 @@ _BAD_BODY = ("INVALID_REQUEST", "BODY_TOO_LARGE")
 # (gateway/admission.py, app.py's _UNGATED) and on every route that reads a body
 # (gateway/body_deadline.py).
 _SHED: Errors = {503: ("OVERLOADED",)}
-UNGATED = frozenset({"/healthz", "/readyz"})
+UNGATED = frozenset({"/healthz", "/readyz", "/metrics"})
 _SLOW_BODY: Errors = {408: ("REQUEST_TIMEOUT",)}
 
 

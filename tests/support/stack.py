@@ -19,10 +19,22 @@ def server_pid(cfg: Settings, name: str) -> int:
     return pid
 
 
+def kafka_pids(cfg: Settings) -> list[int]:
+    """Every broker of the stack's Kafka (``kafka`` alone, or ``kafka-1`` … ``kafka-N``)."""
+    names = (
+        ["kafka"]
+        if cfg.kafka_brokers == 1
+        else [f"kafka-{n + 1}" for n in range(cfg.kafka_brokers)]
+    )
+    return [server_pid(cfg, name) for name in names]
+
+
 @contextmanager
-def paused(pid: int) -> Iterator[None]:
-    os.kill(pid, signal.SIGSTOP)
+def paused(*pids: int) -> Iterator[None]:
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        os.kill(pid, signal.SIGCONT)
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)

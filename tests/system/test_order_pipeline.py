@@ -24,7 +24,7 @@ from kernel.settings import Settings
 from shard_router import ShardRouter, shard_keys
 from tests.support.constants import LIFTED_IP_LIMITS, PIPELINE_PORT, QUICK_RELAY
 from tests.support.gateway import new_sale, running_gateway
-from tests.support.stack import paused, server_pid
+from tests.support.stack import kafka_pids, paused
 from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -235,7 +235,9 @@ async def test_kafka_paused_answers_503_and_the_counts_add_up_after(
     gateway: str, live_stack: Settings, db: asyncpg.Pool, router: ShardRouter
 ) -> None:
     item_id = new_sale(gateway, 100, 4)["items"][0]["itemId"]
-    with paused(server_pid(live_stack, "kafka")):
+    # Every broker paused: connections stay open, so no send is refused and each buyer's
+    # outcome is unknown (the unit held) until Kafka answers again.
+    with paused(*kafka_pids(live_stack)):
         answers = await _buy_all(
             gateway, live_stack, item_id, [next(_users) for _ in range(10)], retry_503=False
         )

@@ -33,15 +33,20 @@ async def item(db: asyncpg.Pool, router: ShardRouter) -> AsyncIterator[int]:
 
 
 async def _ended_order(db: asyncpg.Pool, item: int, status: str) -> Holder:
+    """A row as the writer (and, for an ended one, the ender) left it: an active row counts in
+    ``sold``, or the expiry job would later take a unit the item never had."""
     order_id = new_order_id(item)
-    await db.execute(
-        "insert into flash_sale_order (id, item_id, user_id, shard, status, created_at,"
-        " expires_at) values ($1, $2, $3, 0, $4, now(), now() + interval '1 hour')",
-        uuid.UUID(order_id),
-        item,
-        USER,
-        status,
-    )
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "insert into flash_sale_order (id, item_id, user_id, shard, status, created_at,"
+            " expires_at) values ($1, $2, $3, 0, $4, now(), now() + interval '1 hour')",
+            uuid.UUID(order_id),
+            item,
+            USER,
+            status,
+        )
+        if status in ("PENDING", "PAID"):
+            await conn.execute("update flash_sale_item set sold = sold + 1 where id = $1", item)
     return Holder(order_id, item, USER, 0)
 
 

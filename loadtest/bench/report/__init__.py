@@ -22,6 +22,7 @@ from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
 RESULTS_PATH = store.RESULTS_PATH
 BENCH_MD = PROJECT_ROOT / "bench.md"
+STANDALONE = Path(__file__).resolve().parent.parent / "standalone.md"
 SECTION_TITLES = {
     "closed": "(a) sold-out and (b) reserve path, closed loop",
     "redis": "(c) Redis, one core",
@@ -205,6 +206,8 @@ def render(res: store.Results) -> str:
         *report_capacity.capacity_model(res),
         *_checks(res),
         *_method(res),
+        "",
+        STANDALONE.read_text().rstrip(),  # measurements made by their own commands
     ]
     return "\n".join(body).rstrip() + "\n"
 
