@@ -16,7 +16,6 @@ import threading
 from functools import partial
 from typing import Any
 
-import msgspec
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kernel.settings import Settings
@@ -28,22 +27,6 @@ class NeverSent(Exception):
 
 class OutcomeUnknown(Exception):
     pass
-
-
-class _Broker(msgspec.Struct):
-    nodeid: int
-    state: str
-
-
-class _Stats(msgspec.Struct):
-    """The part of librdkafka's statistics JSON we read; msgspec skips the rest unparsed."""
-
-    brokers: dict[str, _Broker] = {}
-
-
-_decode_stats = msgspec.json.Decoder(_Stats).decode
-# librdkafka's broker states after a connection failed, until it is up again.
-_UNREACHABLE = frozenset({"DOWN", "TRY_CONNECT", "CONNECT"})
 
 
 _BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
@@ -69,14 +52,15 @@ class OrderProducer:
                 "queue.buffering.max.messages": 100_000,  # bounded memory: beyond it, NeverSent
                 "message.timeout.ms": cfg.kafka_timeout_ms,
                 "compression.type": "lz4",
-                "statistics.interval.ms": cfg.kafka_stats_interval_ms,
-                "stats_cb": self._stats,
                 "error_cb": self._error,
             }
         )
         # acks=all is refused below min.insync.replicas (2 of 3 brokers), whatever the cause.
-        self._min_brokers_up = cfg.kafka_min_brokers_up or (2 if cfg.kafka_brokers >= 3 else 1)
-        self.brokers_up = -1  # unknown until the first statistics: readiness checks a broker
+        self._min_insync = cfg.kafka_min_insync_replicas or (2 if cfg.kafka_brokers >= 3 else 1)
+        self._topics = (cfg.orders_topic, cfg.vouchers_topic)
+        self._health_interval_s = cfg.kafka_health_interval_ms / 1000
+        self.available = True  # until the first metadata says otherwise: readiness checks it
+        self._watch: asyncio.Task[None] | None = None
         # Futures in send order with their deadlines: one sweep per poll, no timer per message.
         self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -84,22 +68,31 @@ class OrderProducer:
         self._tick: asyncio.TimerHandle | None = None
         self._closing = False
 
-    @property
-    def available(self) -> bool:
-        """Enough brokers connected to acknowledge a send (acks=all needs min.insync.replicas)."""
-        return self.brokers_up < 0 or self.brokers_up >= self._min_brokers_up
+    def _in_sync(self) -> bool:
+        """Every partition of our topics has a leader and min.insync.replicas in sync (a
+        metadata request: blocks, so it runs on a worker thread). librdkafka's broker states
+        are no substitute: it connects only to the leaders it needs, so a broker that came back
+        is never seen "up", and a fenced one can be re-listed as if new."""
+        for topic in self._topics:
+            listed = self._producer.list_topics(topic, timeout=self._health_interval_s * 4)
+            partitions = listed.topics[topic].partitions.values()
+            if not partitions or any(
+                p.leader < 0 or len(p.isrs) < self._min_insync for p in partitions
+            ):
+                return False
+        return True
 
-    def _stats(self, stats_json: str) -> None:
-        # Bootstrap entries have nodeid -1: count the cluster's real brokers only. librdkafka
-        # connects to a broker only once it leads a partition we send to, so a broker never
-        # tried (INIT) counts as usable; one whose connection failed does not.
-        brokers = [b for b in _decode_stats(stats_json).brokers.values() if b.nodeid >= 0]
-        if brokers:  # none known yet (before the first metadata): keep what we knew
-            self.brokers_up = sum(1 for b in brokers if b.state not in _UNREACHABLE)
+    async def _watch_health(self) -> None:
+        while not self._closing:
+            try:
+                self.available = await asyncio.to_thread(self._in_sync)
+            except KafkaException:
+                self.available = False
+            await asyncio.sleep(self._health_interval_s)
 
     def _error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
-            self.brokers_up = 0  # at once, not at the next statistics interval
+            self.available = False  # at once, not at the next metadata round
 
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         loop = self._loop or self._bind(asyncio.get_running_loop())
@@ -120,6 +113,8 @@ class OrderProducer:
         loop = self._loop or self._bind(asyncio.get_running_loop())
         if self._tick is None:
             self._schedule(loop, _IDLE_POLL_S)
+        if self._watch is None:
+            self._watch = loop.create_task(self._watch_health())
 
     def _bind(self, loop: asyncio.AbstractEventLoop) -> asyncio.AbstractEventLoop:
         self._loop = loop
@@ -161,6 +156,8 @@ class OrderProducer:
     async def close(self, timeout_s: float = 5.0) -> None:
         """Flush what is queued (on a worker thread: flush blocks)."""
         self._closing = True
+        if self._watch is not None:
+            self._watch.cancel()
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None

@@ -103,12 +103,12 @@ class Settings:
     # broker's CPU per order fell from ~49 to ~30 µs and librdkafka's thread's from ~22 to
     # ~12 µs (one gateway, 6 s runs); 5 ms keeps most of that for ~3 ms more on the 202.
     kafka_linger_ms: int = 5
-    # The producer reads librdkafka's broker states this often; while fewer brokers than
-    # kafka_min_brokers_up are connected, a purchase answers 503 before it takes a unit (a send
-    # would only wait out kafka_timeout_ms with the unit held). 0: the topics'
-    # min.insync.replicas (2 of 3 brokers, 1 of one).
-    kafka_stats_interval_ms: int = 250
-    kafka_min_brokers_up: int = 0
+    # The producer reads its topics' metadata this often; while a partition has no leader or
+    # fewer in-sync replicas than kafka_min_insync_replicas, a purchase answers 503 before it
+    # takes a unit (a send would only wait out kafka_timeout_ms with the unit held). 0: the
+    # topics' min.insync.replicas (2 with 3 brokers, 1 with one).
+    kafka_health_interval_ms: int = 250
+    kafka_min_insync_replicas: int = 0
     inflight_cap: int = 4096
     # Young-generation GC threshold of a gateway process (CPython's default is 700), see app.py.
     gc_gen0_threshold: int = 20_000

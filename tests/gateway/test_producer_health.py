@@ -31,10 +31,7 @@ async def test_a_reachable_broker_is_available(live_stack: Settings) -> None:
     producer = OrderProducer(live_stack)
     producer.start()
     try:
-        started = time.monotonic()
-        while producer.brokers_up < 1:  # reports come every kafka_stats_interval_ms
-            assert time.monotonic() - started < 5, f"brokers up: {producer.brokers_up}"
-            await asyncio.sleep(0.05)
+        await asyncio.sleep(live_stack.kafka_health_interval_ms / 1000 * 3)  # a few rounds
         assert producer.available
     finally:
         await producer.close()

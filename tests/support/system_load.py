@@ -1,0 +1,149 @@
+"""The steady open-loop purchase load of the whole-system fault tests (tests/support/system.py).
+
+Buyer ``i`` (each a new buyer, so no per-buyer limit applies) presses Buy at ``start + i / rate``
+whatever the gateways are doing: a stall shows as late answers and a gap in the 202s, not as a
+slower load. Each answer records its gateway, status, Retry-After, latency from its due time and
+the orderId of a 202. The load runs on an event loop in a thread of its own, so a test may block
+(kill, pause, restart a server) while it runs.
+
+Buyers are spread over the gateways round robin, like a balancer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import aiohttp
+
+from gateway.auth import sign_token
+from kernel.settings import Settings
+
+CONNECTIONS = 1000  # more than the requests in flight at once at any rate the tests use
+# Idle connections are dropped before the gateway closes them (gateway_header_timeout_ms, 2 s),
+# as a balancer must: else a request may go out on a connection the gateway is closing.
+KEEPALIVE_S = 1.0
+LATE_MARGIN_S = 5.0  # a request is cut this long past its deadline: lateness stays measurable
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    buyer: int  # the buyer's user id
+    gateway: int  # index into the load's gateways
+    due_s: float  # when it was due, in seconds since the load started
+    done_s: float
+    status: int  # 0: no answer (connection failed, reset, or cut past the deadline)
+    retry_after: str | None
+    order_id: str | None
+    error: str  # the body's error code, or the exception of a status 0
+
+    @property
+    def latency_s(self) -> float:
+        return self.done_s - self.due_s
+
+    @property
+    def label(self) -> str:
+        """The status, a 503 with its code: "202", "503 OVERLOADED", "503 UNAVAILABLE"."""
+        return f"503 {self.error}" if self.status == 503 else str(self.status)
+
+
+def purchase_path(item_id: int) -> str:
+    return f"/api/flash-sales/items/{item_id}/purchase"
+
+
+async def buy(
+    session: aiohttp.ClientSession, base: str, item_id: int, token: str
+) -> tuple[int, str | None, str | None, str]:
+    """One purchase: (status, Retry-After, orderId, error code or exception name)."""
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        async with session.post(base + purchase_path(item_id), headers=headers) as response:
+            body = await response.json(content_type=None)
+            retry_after = response.headers.get("Retry-After")
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        return 0, None, None, type(exc).__name__
+    body = body if isinstance(body, dict) else {}
+    return status, retry_after, body.get("orderId"), str(body.get("error", ""))
+
+
+class OpenLoad:
+    def __init__(
+        self,
+        cfg: Settings,
+        gateways: Sequence[str],
+        item_id: int,
+        *,
+        first_buyer: int,
+        rate: float,
+        duration_s: float,
+        deadline_s: float,
+    ) -> None:
+        count = int(rate * duration_s)
+        self.buyers = range(first_buyer, first_buyer + count)
+        # Signed before the clock starts: the load's own CPU stays off the measured path.
+        self._tokens = [sign_token(cfg, user) for user in self.buyers]
+        self._gateways = list(gateways)
+        self._item_id = item_id
+        self._rate = rate
+        self._timeout = aiohttp.ClientTimeout(total=deadline_s + LATE_MARGIN_S)
+        self._start = 0.0
+        self._end_s = duration_s
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._done: Future[list[Answer]] | None = None
+
+    def now(self) -> float:
+        """The load's clock: seconds since it started (for marking a fault's moments)."""
+        return time.monotonic() - self._start
+
+    def sleep_until(self, at_s: float) -> None:
+        """Block the caller until the load's clock reads ``at_s``."""
+        if (wait := at_s - self.now()) > 0:
+            time.sleep(wait)
+
+    def finish_at(self, at_s: float) -> None:
+        """Send nothing due at or after ``at_s`` (the load's clock): end it early."""
+        self._end_s = min(self._end_s, at_s)
+
+    def start(self) -> OpenLoad:
+        self._thread.start()
+        self._start = time.monotonic()
+        self._done = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
+        return self
+
+    def result(self) -> list[Answer]:
+        """Every answer, once the last request is answered or cut."""
+        assert self._done is not None, "start() first"
+        try:
+            return self._done.result()
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    async def _run(self) -> list[Answer]:
+        connector = aiohttp.TCPConnector(limit=CONNECTIONS, keepalive_timeout=KEEPALIVE_S)
+        async with aiohttp.ClientSession(connector=connector, timeout=self._timeout) as session:
+            pending = []
+            for i, (buyer, token) in enumerate(zip(self.buyers, self._tokens, strict=True)):
+                due = i / self._rate
+                if (wait := due - self.now()) > 0:
+                    await asyncio.sleep(wait)
+                if due >= self._end_s:
+                    break
+                pending.append(asyncio.create_task(self._one(session, buyer, due, token, i)))
+            return list(await asyncio.gather(*pending))
+
+    async def _one(
+        self, session: aiohttp.ClientSession, buyer: int, due: float, token: str, i: int
+    ) -> Answer:
+        gateway = i % len(self._gateways)
+        status, retry_after, order_id, error = await buy(
+            session, self._gateways[gateway], self._item_id, token
+        )
+        return Answer(buyer, gateway, due, self.now(), status, retry_after, order_id, error)
