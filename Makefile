@@ -18,6 +18,7 @@ lint: setup
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
+	@.venv/bin/lint-imports --no-cache
 	@promtool test rules deploy/prometheus/tests/*.yml
 
 test: stack lint

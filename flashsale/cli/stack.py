@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from flashsale.cli.parser import Subcommands, command, subcommands
+from flashsale.cli.output import print_json
+from flashsale.cli.parser import Subcommands, add_json, command, subcommands
 from kernel.settings import Settings
 
 
@@ -27,7 +28,13 @@ def _down(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, cfg: Settings) -> int:
-    _print_status(cfg)
+    if args.json:
+        from flashsale import stack
+
+        # {"parts": {name: state line}, "logDir": path}: one line per part, as the table has.
+        print_json({"parts": stack.status(cfg), "logDir": str(cfg.log_dir)})
+    else:
+        _print_status(cfg)
     return 0
 
 
@@ -35,8 +42,8 @@ def _print_status(cfg: Settings) -> None:
     from flashsale import stack
 
     for name, state in stack.status(cfg).items():
-        print(f"  {name:<9} {state}")
-    print(f"  logs      {cfg.log_dir}/")
+        print(f"  {name:<10} {state}")
+    print(f"  logs       {cfg.log_dir}/")
 
 
 def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
@@ -48,11 +55,13 @@ def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def add_stack(sub: Subcommands) -> None:
-    parser = command(sub, "stack", "start, stop or show the local Redis/Kafka/PostgreSQL stack")
+    parser = command(
+        sub, "stack", "start, stop or show the local Redis/Kafka/PostgreSQL/Prometheus stack"
+    )
     actions = subcommands(parser, "action")
     command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
     command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
-    command(actions, "status", "show what runs where", _status)
+    add_json(command(actions, "status", "show what runs where", _status))
 
 
 def add_migrate(sub: Subcommands) -> None:

@@ -599,3 +599,13 @@ def test_re_arming_a_voucher_asks(flash_voucher: str) -> None:
     assert no.status == 1 and "answered no" in no.err
     yes = on_terminal("voucher", "arm", flash_voucher, answer="y")
     assert yes.status == 0 and f"voucher {flash_voucher}: 5 uses left" in yes.out
+
+
+def test_stack_status_json_names_every_part(live_stack: Settings) -> None:
+    shape = json.loads(ok(flashsale("stack", "status", "--json")).out)
+    assert set(shape) == {"parts", "logDir"}
+    parts = shape["parts"]
+    assert {"redis", "kafka", "postgres", "prometheus"} <= set(parts)
+    assert parts["redis"].startswith(f"{len(live_stack.redis_nodes)}/{len(live_stack.redis_nodes)}")
+    brokers = [name for name in parts if name.startswith("kafka-")]
+    assert len(brokers) == (live_stack.kafka_brokers if live_stack.kafka_brokers > 1 else 0)

@@ -58,7 +58,8 @@ def cfg3(live_stack: Settings, kafka: KafkaCluster) -> Settings:
 @pytest.fixture(scope="module")
 def gateway(cfg3: Settings) -> Iterator[str]:
     # A purchase answers 503 before taking a unit while a partition has fewer in-sync replicas
-    # than min.insync.replicas (gateway/producer.py): with two of three down, no send could be acknowledged.
+    # than min.insync.replicas (gateway/producer.py): with two of three down, no send could be
+    # acknowledged.
     _, min_isr = replication(3)
     env = settings_env(
         kafka_bootstrap=cfg3.kafka_bootstrap,
