@@ -68,8 +68,9 @@ async def _buy(http: aiohttp.ClientSession, cfg: Settings, item: int, user: int)
             status, body = r.status, await r.json()
         if status in (202, 409, 410):
             return status, body.get("orderId", "")
-        assert status in (403, 503), (status, body)
-        await asyncio.sleep(0.05)
+        assert status in (403, 429, 503), (status, body)
+        # A buyer honours Retry-After on 429 (its per-buyer bucket), else presses again soon.
+        await asyncio.sleep(float(r.headers.get("Retry-After", 1)) if status == 429 else 0.05)
     raise AssertionError(f"buyer {user} never got a final answer")
 
 
