@@ -22,7 +22,8 @@ from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
 RESULTS_PATH = store.RESULTS_PATH
 BENCH_MD = PROJECT_ROOT / "bench.md"
-STANDALONE = Path(__file__).resolve().parent.parent / "standalone.md"
+# One file per standalone measurement, appended in name order, so each has one owner.
+STANDALONE_DIR = Path(__file__).resolve().parent.parent / "standalone"
 SECTION_TITLES = {
     "closed": "(a) sold-out and (b) reserve path, closed loop",
     "redis": "(c) Redis, one core",
@@ -207,9 +208,14 @@ def render(res: store.Results) -> str:
         *_checks(res),
         *_method(res),
         "",
-        STANDALONE.read_text().rstrip(),  # measurements made by their own commands
+        _standalone(),  # measurements made by their own commands
     ]
     return "\n".join(body).rstrip() + "\n"
+
+
+def _standalone() -> str:
+    pages = sorted(STANDALONE_DIR.glob("*.md"))
+    return "\n\n".join(page.read_text().rstrip() for page in pages)
 
 
 def write(res: store.Results, bench_md: Path = BENCH_MD) -> None:
