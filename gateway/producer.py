@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
+import socket
 import threading
 from functools import partial
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from kernel.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 class NeverSent(Exception):
@@ -59,8 +63,10 @@ class OrderProducer:
         self._min_insync = cfg.kafka_min_insync_replicas or (2 if cfg.kafka_brokers >= 3 else 1)
         self._topics = (cfg.orders_topic, cfg.vouchers_topic)
         self._health_interval_s = cfg.kafka_health_interval_ms / 1000
+        self._probe_s = min(0.2, self._health_interval_s)  # a partitioned broker: a slow refusal
         self.available = True  # until the first metadata says otherwise: readiness checks it
         self._watch: asyncio.Task[None] | None = None
+        self._last_listed: dict[str, Any] = {}  # topic → its last metadata answer
         # Futures in send order with their deadlines: one sweep per poll, no timer per message.
         self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -69,27 +75,66 @@ class OrderProducer:
         self._closing = False
 
     def _in_sync(self) -> bool:
-        """Every partition of our topics has a leader and min.insync.replicas in sync (a
-        metadata request: blocks, so it runs on a worker thread). librdkafka's broker states
-        are no substitute: it connects only to the leaders it needs, so a broker that came back
-        is never seen "up", and a fenced one can be re-listed as if new."""
+        """Every partition of our topics has a leader and min.insync.replicas in sync, and each
+        of those takes a TCP connection now (a metadata request and probes: blocking, so on a
+        worker thread).
+
+        Metadata alone is late: a SIGKILLed broker stays listed in sync until the controller
+        fences it (broker.session.timeout.ms, seconds), and every send meanwhile waits out the
+        Kafka deadline with a unit held. librdkafka's broker states are no substitute either:
+        it connects only to the leaders it needs, so a broker that came back is never seen "up".
+        A probe answers both ways within the health interval."""
+        reachable: dict[int, bool] = {}
         for topic in self._topics:
-            listed = self._producer.list_topics(topic, timeout=self._health_interval_s * 4)
+            try:
+                listed = self._producer.list_topics(topic, timeout=self._health_interval_s * 4)
+                self._last_listed[topic] = listed
+            except KafkaException:
+                # The metadata request went to a dead broker: judge the last answer's replicas
+                # by fresh probes rather than keep the last verdict.
+                if topic not in self._last_listed:
+                    raise
+                listed = self._last_listed[topic]
             partitions = listed.topics[topic].partitions.values()
-            # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
-            if not partitions or any(
-                p.leader < 0 or len(p.isrs) < min(self._min_insync, len(p.replicas))
-                for p in partitions
-            ):
+            if not partitions:
                 return False
+            for p in partitions:
+                # acks=all waits for every replica in sync, so one dead one stalls the partition
+                # until the controller fences it and shrinks the set: unusable until then.
+                if not all(self._accepts(listed.brokers.get(b), b, reachable) for b in p.isrs):
+                    return False
+                # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
+                if p.leader < 0 or len(p.isrs) < min(self._min_insync, len(p.replicas)):
+                    return False
         return True
+
+    def _accepts(self, broker: Any, broker_id: int, seen: dict[int, bool]) -> bool:
+        """Does the broker take a TCP connection (asked once per health round)?"""
+        if broker is None:
+            return False  # fenced or unknown: no longer a broker the cluster lists
+        if broker_id not in seen:
+            try:
+                with socket.create_connection((broker.host, broker.port), self._probe_s):
+                    seen[broker_id] = True
+            except OSError:
+                seen[broker_id] = False
+        return seen[broker_id]
 
     async def _watch_health(self) -> None:
         while not self._closing:
             try:
-                self.available = await asyncio.to_thread(self._in_sync)
+                available = await asyncio.to_thread(self._in_sync)
             except KafkaException:
-                pass  # metadata asked of a dead broker: keep what we knew (error_cb: all down)
+                available = self.available  # no metadata yet: keep what we knew
+            if available != self.available:
+                log.warning(
+                    "kafka %s",
+                    "usable again"
+                    if available
+                    else "refusing purchases: "
+                    "a partition lacks min.insync.replicas reachable brokers",
+                )
+            self.available = available
             await asyncio.sleep(self._health_interval_s)
 
     def _error(self, error: KafkaError) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import socket
 import time
+from types import SimpleNamespace
 
 from gateway.producer import OrderProducer
 from kernel.settings import Settings
@@ -46,3 +47,31 @@ async def test_no_broker_is_unavailable_within_a_second(live_stack: Settings) ->
         assert took < 1.5
     finally:
         await producer.close(timeout_s=0.1)
+
+
+def _metadata(topics: tuple[str, ...], brokers: dict[int, int]) -> object:
+    """What librdkafka lists while two brokers are dead but not yet fenced: all three in sync."""
+    partition = SimpleNamespace(leader=1, replicas=[1, 2, 3], isrs=[1, 2, 3])
+    return SimpleNamespace(
+        topics={t: SimpleNamespace(partitions={0: partition}) for t in topics},
+        brokers={b: SimpleNamespace(host="127.0.0.1", port=p) for b, p in brokers.items()},
+    )
+
+
+def test_a_replica_listed_in_sync_that_refuses_connections_closes_the_gate(
+    live_stack: Settings,
+) -> None:
+    """Metadata lags a SIGKILL by the fencing timeout; the probe does not (a unit test: the
+    metadata is faked, the connections are real; tests/system/test_broker_faults.py has the
+    whole-system row)."""
+    producer = OrderProducer(live_stack)
+    topics = (live_stack.orders_topic, live_stack.vouchers_topic)
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        alive = int(listening.getsockname()[1])
+        listed = _metadata(topics, {1: alive, 2: alive, 3: alive})
+        producer._producer = SimpleNamespace(list_topics=lambda *_a, **_k: listed)  # type: ignore[assignment]
+        assert producer._in_sync()
+        listed = _metadata(topics, {1: alive, 2: _free_port(), 3: alive})
+        assert not producer._in_sync()
