@@ -46,7 +46,11 @@ _NOT_RUN = (AskError, TryAgainError, NoScriptError)  # MovedError is an AskError
 _MAX_HOPS = 3  # a MOVED then an ASK then a NOSCRIPT is the longest honest chain
 _TRYAGAIN_DELAY_S = 0.05  # a slot mid-migration: give the migration a moment
 _ASKING = hiredis.pack_command(("ASKING",))
-_REFRESH_EVERY_S = 1.0
+# While a node fails, the slot map is re-read this often, so a promoted replica takes its
+# shards' calls within ~0.1 s of its promotion (at 1 s the router added up to a second to every
+# failover: loadtest/bench/standalone/20-redis-failover.md). One refresh in flight at a time.
+_REFRESH_EVERY_S = 0.1
+_REFRESH_TIMEOUT_S = 1.0
 _MAX_CACHED_SLOTS = 100_000
 
 
@@ -76,6 +80,7 @@ class AutoPipeline:
         self._links: dict[str, NodeLink] = {}
         self._slots: dict[str, int] = {}  # key → hash slot (CRC16 in Python costs ~10 µs)
         self._last_refresh = 0.0
+        self._refreshing = False
 
     def node_of(self, key: str) -> str:
         slot = self._slots.get(key)
@@ -116,6 +121,7 @@ class AutoPipeline:
             future.set_exception(exc)
             return future
         if not self._breaker.allow(node):
+            self._refresh_topology()  # the open circuit may be a node that failed over
             future.set_exception(ShardUnavailable(node, "circuit open"))
             return future
         self._queued[node].append((script, keys, args, future))
@@ -329,13 +335,17 @@ class AutoPipeline:
 
     def _refresh_topology(self) -> None:
         now = time.monotonic()
-        if now - self._last_refresh < _REFRESH_EVERY_S:
+        if self._refreshing or now - self._last_refresh < _REFRESH_EVERY_S:
             return
         self._last_refresh = now
+        self._refreshing = True
         self._spawn(self._reinitialize())
 
     async def _reinitialize(self) -> None:
         try:
-            await self._client.nodes_manager.initialize()
-        except (RedisError, OSError):
+            # Bounded: a hung startup node must not hold the one refresh slot.
+            await asyncio.wait_for(self._client.nodes_manager.initialize(), _REFRESH_TIMEOUT_S)
+        except (RedisError, OSError, TimeoutError):
             pass  # the next failure tries again
+        finally:
+            self._refreshing = False
