@@ -53,6 +53,10 @@ def main() -> None:
         # let 4,096 silent sockets starve every buyer).
         backpressure=max_connections(cfg),
         backlog=cfg.gateway_backlog,
+        # SIGTERM: granian forwards it to each worker and waits for it; a worker drains, then
+        # stops (gateway/shutdown.py). No workers_kill_timeout: its join races granian's own
+        # watcher thread and kills workers that are exiting; the orchestrator's grace period
+        # (SIGKILL) bounds a stop instead.
         log_access=False,
         log_level=LogLevels(cfg.log_level.lower()),
         log_dictconfig=logs.config(cfg),  # granian's lines and the app's, in one format

@@ -33,6 +33,7 @@ from gateway.purchase import PurchaseHandler
 from gateway.ratelimit import RouteLimits
 from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, json_response
 from gateway.services import Services
+from gateway.shutdown import Drain
 from gateway.stock_gauges import STOCK
 from kernel.settings import Settings, settings
 
@@ -53,6 +54,9 @@ async def healthz(request: Request) -> Response:
 
 async def readyz(request: Request) -> Response:
     s = operations(request)
+    drain: Drain = request.app.state.drain
+    if drain.draining:  # stopping: out of the balancer first (gateway/shutdown.py)
+        raise Unavailable("NOT_READY", draining=True)
     redis_ok = True
     try:
         await s.router.ping()
@@ -107,6 +111,8 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         services = await Services.start(cfg)
         app.state.services = services
+        app.state.drain = drain = Drain(cfg.gateway_drain_delay_ms / 1000)
+        drain.install()
         app.state.client_address = address
         app.state.limits = RouteLimits(cfg, services.ip_buckets)
         front.purchase = PurchaseHandler(services, address)
@@ -120,6 +126,7 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         try:
             yield
         finally:
+            # granian runs this once every connection is done: what remains is ours to finish.
             front.admission.stop()
             await services.close()
 

@@ -14,7 +14,7 @@ import asyncpg
 
 from domain.order_lifecycle import Ended, expire_due, release_units
 from domain.voucher_lifecycle import expire_due_vouchers, release_uses
-from kernel.periodic import run_every
+from kernel.periodic import run_every, stopped_by_signals
 from shard_router import ShardRouter, VoucherStore
 from shard_router.stock_events import publish
 
@@ -27,42 +27,58 @@ async def _in_rounds(
     expire_due: Callable[[int], Awaitable[list[E]]],
     give_back: Callable[[list[E]], Awaitable[object]],
     limit: int,
+    stop: asyncio.Event | None = None,
 ) -> int:
     """End what is due ``limit`` at a time (each round one transaction), giving each round's
-    units back after its commit, until a round comes back short; returns how many ended."""
+    units back after its commit, until a round comes back short or ``stop`` is set (between
+    rounds: a round is never left half done); returns how many ended."""
     total = 0
     while True:
         ended = await expire_due(limit)
         await give_back(ended)
         total += len(ended)
-        if len(ended) < limit:
+        if len(ended) < limit or (stop is not None and stop.is_set()):
             return total
 
 
-async def expire_once(pool: asyncpg.Pool, router: ShardRouter, limit: int = 1000) -> int:
-    """Expire what is due; returns how many orders and voucher uses expired."""
+async def expire_once(
+    pool: asyncpg.Pool, router: ShardRouter, limit: int = 1000, stop: asyncio.Event | None = None
+) -> int:
+    """Expire what is due (or, once ``stop`` is set, what the current round holds); returns how
+    many orders and voucher uses expired."""
 
     async def restock(ended: list[Ended]) -> None:
         for item_id in await release_units(router, ended):
             await publish(router.client, "restock", item_id)
 
-    orders = await _in_rounds(lambda n: expire_due(pool, n), restock, limit)
-    return orders + await expire_vouchers_once(pool, VoucherStore(router), limit)
+    orders = await _in_rounds(lambda n: expire_due(pool, n), restock, limit, stop)
+    return orders + await expire_vouchers_once(pool, VoucherStore(router), limit, stop)
 
 
-async def expire_vouchers_once(pool: asyncpg.Pool, store: VoucherStore, limit: int = 1000) -> int:
+async def expire_vouchers_once(
+    pool: asyncpg.Pool, store: VoucherStore, limit: int = 1000, stop: asyncio.Event | None = None
+) -> int:
     """Expire the voucher uses that are due; returns how many."""
     return await _in_rounds(
-        lambda n: expire_due_vouchers(pool, n), lambda ended: release_uses(store, ended), limit
+        lambda n: expire_due_vouchers(pool, n),
+        lambda ended: release_uses(store, ended),
+        limit,
+        stop,
     )
 
 
 async def run_expiry(
     pool: asyncpg.Pool, router: ShardRouter, interval_s: float, stop: asyncio.Event
 ) -> None:
+    """Rounds every ``interval_s`` until ``stop`` is set, or SIGTERM or SIGINT arrives: the round
+    under way finishes first (its transaction committed and its units given back)."""
+
     async def step() -> None:
-        expired = await expire_once(pool, router)
+        expired = await expire_once(pool, router, stop=stop)
         if expired:
             log.info("expired %d orders and voucher uses", expired)
 
-    await run_every(interval_s, step, stop, "expiry round")
+    log.info("expiry: a round every %.1f s until SIGTERM", interval_s)
+    with stopped_by_signals(stop):
+        await run_every(interval_s, step, stop, "expiry round")
+    log.info("expiry stopped between rounds")

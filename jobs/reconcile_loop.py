@@ -15,7 +15,7 @@ import asyncpg
 from jobs import reconcile_metrics as metrics
 from jobs.reconcile import ItemReport, reconcile
 from jobs.voucher_reconcile import VoucherReport, reconcile_vouchers
-from kernel.periodic import run_every
+from kernel.periodic import run_every, stopped_by_signals
 from kernel.settings import Settings
 from shard_router import ShardRouter, VoucherStore
 
@@ -67,8 +67,9 @@ async def run_reconcile(
     *,
     metrics_port: int | None = None,
 ) -> None:
-    """Rounds every ``interval_s`` until ``stop``; /metrics on ``metrics_port`` (0: a free
-    one, None: none) meanwhile. A failed round is counted and logged, and the next one runs."""
+    """Rounds every ``interval_s`` until ``stop`` is set, or SIGTERM or SIGINT arrives (the round
+    under way finishes first); /metrics on ``metrics_port`` (0: a free one, None: none)
+    meanwhile. A failed round is counted and logged, and the next one runs."""
     server = None if metrics_port is None else metrics.serve(metrics_port, cfg.metrics_host)
 
     async def step() -> None:
@@ -86,7 +87,9 @@ async def run_reconcile(
             log.info("%s: no drift", checked)
 
     try:
-        await run_every(interval_s, step, stop, "reconcile round")
+        with stopped_by_signals(stop):
+            await run_every(interval_s, step, stop, "reconcile round")
+        log.info("reconciliation stopped between rounds")
     finally:
         if server is not None:
             server.shutdown()

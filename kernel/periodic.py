@@ -1,10 +1,14 @@
-"""Background jobs that run a step every interval until told to stop, surviving a failed step."""
+"""Background jobs that run a step every interval until told to stop, surviving a failed step;
+and the signals that tell a long-running job to stop (between rounds, never inside one)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+import signal
+import threading
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,3 +28,21 @@ async def run_every(
             await asyncio.wait_for(stop.wait(), interval_s)
         except TimeoutError:
             pass
+
+
+@contextlib.contextmanager
+def stopped_by_signals(stop: asyncio.Event) -> Iterator[None]:
+    """For the block, SIGTERM and SIGINT set ``stop`` instead of ending the process mid-round
+    (the running loop's handlers; off the main thread, where none can be set, nothing)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)

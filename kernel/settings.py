@@ -53,9 +53,16 @@ class Settings:
     # (in node timeouts) a replica may be and still do so (python -m loadtest.bench.failover).
     # Measured after a SIGKILL, replica writable: 3000 ms → 4.4-5.7 s, 1000 → 1.9-2.8 s, 500 →
     # 1.6-1.9 s; a primary paused 1 s is failed over at 500 (2/3) and 750 (1/8), not at 1000
-    # (0/8); 2 s pauses are, below 2000. The validity factor changed nothing measurable.
-    redis_node_timeout_ms: int = 1000
+    # (0/8); 2 s pauses are, below 2000. The validity factor changed nothing measurable. A dead
+    # process is not left to this timeout: the failover watch (below) promotes its replica in
+    # 0.2-0.3 s, so the timeout only has to outlast pauses: 2 s ones are not failed over at 2000.
+    redis_node_timeout_ms: int = 2000
     redis_replica_validity_factor: int = 10
+    # The failover watch (jobs/redis_failover.py): a primary whose port refused this many
+    # probes in a row, one every redis_failover_probe_ms, is dead, not paused: its most
+    # up-to-date replica is promoted at once (CLUSTER FAILOVER FORCE).
+    redis_failover_probe_ms: int = 100
+    redis_failover_refusals: int = 2
 
     # Kafka topics and their partition counts (created explicitly, never auto-created).
     orders_topic: str = "flashsale.orders"
@@ -138,6 +145,11 @@ class Settings:
     gateway_backlog: int = 4096
     # A request body must arrive whole within this time, else 408 and the connection closes.
     body_timeout_ms: int = 5000
+    # Graceful stop (gateway/shutdown.py): on SIGTERM a gateway answers /readyz 503 for this long
+    # while it goes on serving, so a balancer's health check takes it out of rotation before it
+    # stops accepting. At least the balancer's time to notice: haproxy's fall x inter (the fleet:
+    # 2 x 400 ms), Kubernetes' failureThreshold x periodSeconds plus endpoint propagation.
+    gateway_drain_delay_ms: int = 2000
     # Admission (gateway/admission.py): a request that has waited in the event loop longer
     # than the target, or arrives while every loop turn of the last interval overran it, is
     # answered 503 OVERLOADED before any work (0: measure turns, refuse nothing). At half load
@@ -185,8 +197,22 @@ class Settings:
     # the only one the gateways trust), .11, .12, ... the gateway hosts.
     fleet_subnet: str = "10.77.0.0/24"
     fleet_balancer_port: int = 18500  # haproxy listens on 127.0.0.1 here
+    # The fleet's name: its namespaces, veths, bridge and nftables tables start with it, its files
+    # live in <state>/fleet (default name) or <state>/fleet-<name>. Fleets of different names,
+    # subnets and balancer ports run side by side (tests pick their own).
+    fleet_name: str = "fsf"
     # The sold-out agent re-checks each flag it set this often, as a gateway does (half its TTL).
     fleet_resync_ms: int = 500
+
+    # The balancer as the edge (issue 12; deploy/haproxy/haproxy.cfg.tmpl): requests one gateway
+    # process is given at once (haproxy's per-server maxconn; the rest wait in haproxy, where no
+    # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
+    # at once, and how long a queued one may wait (timeout queue). Measured: see
+    # loadtest/bench/standalone/30-overload.md. edge_maxconn: client connections haproxy holds.
+    edge_server_maxconn: int = 32
+    edge_queue_per_server: int = 64
+    edge_queue_timeout_ms: int = 50
+    edge_maxconn: int = 16000
 
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Coroutine
 from typing import Any
 
@@ -14,6 +13,7 @@ import asyncpg
 import uvloop
 
 from kernel import logs
+from kernel.periodic import stopped_by_signals
 from kernel.settings import Settings
 from shard_router import ShardRouter
 from writer import metrics
@@ -121,10 +121,9 @@ def main(cfg: Settings, once: bool = False, *, metrics_port: int | None = METRIC
 
     async def serve() -> None:
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run(cfg, stop=stop, metrics_port=metrics_port, once=once)
+        with stopped_by_signals(stop):  # the batch under way is stored and committed first
+            await run(cfg, stop=stop, metrics_port=metrics_port, once=once)
+        log.info("writer stopped: every batch it took is stored and its offsets committed")
 
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
