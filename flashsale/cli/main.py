@@ -13,7 +13,7 @@ from flashsale.cli.errors import CliError
 from flashsale.cli.fleet import add_fleet
 from flashsale.cli.item import add_item
 from flashsale.cli.parser import Parser, subcommands
-from flashsale.cli.processes import add_expiry, add_gateway, add_writer
+from flashsale.cli.processes import add_expiry, add_failover_watch, add_gateway, add_writer
 from flashsale.cli.reconcile import add_reconcile
 from flashsale.cli.report import add_report
 from flashsale.cli.sale import add_sale
@@ -36,6 +36,7 @@ COMMANDS = (
     add_item,
     add_watch,
     add_expiry,
+    add_failover_watch,
     add_reconcile,
     add_report,
     add_voucher,

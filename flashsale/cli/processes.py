@@ -1,4 +1,5 @@
-"""The long-running processes: ``flashsale gateway``, ``writer`` and ``expiry``."""
+"""The long-running processes: ``flashsale gateway``, ``writer``, ``expiry`` and
+``failover-watch``."""
 
 from __future__ import annotations
 
@@ -47,6 +48,33 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
         return 0
 
     return run_stack(cfg, work)
+
+
+def _failover_watch(args: argparse.Namespace, cfg: Settings) -> int:
+    import asyncio
+    import logging
+
+    from jobs.redis_failover import watch
+    from kernel import logs
+
+    logs.setup(cfg)
+    logging.getLogger(__name__).warning(
+        "watching %d Redis nodes: a primary refusing %d probes in a row is failed over",
+        len(cfg.redis_nodes),
+        cfg.redis_failover_refusals,
+    )
+    asyncio.run(watch(cfg))
+    return 0
+
+
+def add_failover_watch(sub: Subcommands) -> None:
+    command(
+        sub,
+        "failover-watch",
+        "promote a Redis replica as soon as its primary's port refuses connections (a dead "
+        "process, not a pause); run one beside the cluster (`stack up` does)",
+        _failover_watch,
+    )
 
 
 def add_gateway(sub: Subcommands) -> None:

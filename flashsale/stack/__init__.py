@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+from flashsale.stack.failover_watch import FailoverWatcher
 from flashsale.stack.kafka import KafkaCluster
 from flashsale.stack.postgres import Postgres
 from flashsale.stack.processes import StackError
@@ -17,9 +18,10 @@ __all__ = ["StackError", "down", "pids", "status", "up"]
 
 def _components(
     cfg: Settings,
-) -> list[tuple[str, RedisCluster | KafkaCluster | Postgres | Prometheus]]:
+) -> list[tuple[str, RedisCluster | FailoverWatcher | KafkaCluster | Postgres | Prometheus]]:
     return [
         ("redis", RedisCluster(cfg)),
+        ("failover-watch", FailoverWatcher(cfg)),  # promotes a replica when a primary dies
         ("kafka", KafkaCluster(cfg)),
         ("postgres", Postgres(cfg)),
         ("prometheus", Prometheus(cfg)),  # last up, first down: it scrapes the others

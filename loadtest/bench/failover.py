@@ -12,7 +12,7 @@ Per kill it measures, from the SIGKILL:
 
 Usage: python -m loadtest.bench.failover [--configs 5000,2000,1000,1000/0] [--kills 3]
     [--pauses 3] [--port 7401] [--wait-replicas 0] [--breaker-cooldown-ms 1000]
-    (a config is node-timeout-ms[/validity-factor])
+    (a config is node-timeout-ms[/validity-factor][+watch]; +watch runs jobs/redis_failover.py)
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import shutil
 import signal
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
@@ -36,6 +37,7 @@ from redis.asyncio import Redis
 
 from flashsale.stack.processes import Managed, port_open
 from flashsale.stack.redis_cluster import RedisCluster, replication_info
+from jobs.redis_failover import FailoverWatch
 from kernel.settings import Settings, settings
 from shard_router import Outcome, ShardRouter, ShardUnavailable
 
@@ -48,11 +50,15 @@ GIVE_UP_S = 60.0
 class Config:
     node_timeout_ms: int
     validity_factor: int
+    watched: bool = False  # the failover watch runs beside the cluster (jobs/redis_failover.py)
 
     @classmethod
     def parse(cls, text: str) -> Config:
+        text, plus, watch = text.partition("+")
+        if plus and watch != "watch":
+            raise ValueError(f"{text}+{watch}: the only suffix is +watch")
         timeout, _, factor = text.partition("/")
-        return cls(int(timeout), int(factor or 10))
+        return cls(int(timeout), int(factor or 10), watched=bool(plus))
 
 
 @dataclass(slots=True)
@@ -210,9 +216,30 @@ def _paused_fails_over(cfg: Settings, pause_s: float) -> bool:
     return False
 
 
+@contextmanager
+def watching(cfg: Settings, on: bool) -> Iterator[None]:
+    """The failover watch on its own thread and loop for the block (the pauses are measured
+    with blocking sleeps)."""
+    if not on:
+        yield
+        return
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+    thread = threading.Thread(
+        target=loop.run_until_complete, args=(FailoverWatch(cfg).run(stop),), daemon=True
+    )
+    thread.start()
+    try:
+        yield
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(timeout=5)
+        loop.close()
+
+
 def measure(base: Settings, config: Config, kills: int, pauses: int, port: int) -> Row:
     row = Row(config)
-    with throwaway_cluster(base, config, port) as cfg:
+    with throwaway_cluster(base, config, port) as cfg, watching(cfg, config.watched):
         print(
             f"  {cfg.state_dir}: router WAITs for {cfg.redis_wait_replicas} replica(s),"
             f" breaker cooldown {cfg.shard_breaker_cooldown_ms} ms",
@@ -241,7 +268,8 @@ def table(rows: list[Row]) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r.config.node_timeout_ms} ms | {r.config.validity_factor}"
+            f"| {r.config.node_timeout_ms} ms{' + watch' if r.config.watched else ''}"
+            f" | {r.config.validity_factor}"
             f" | {_spread(r.promoted_s)} | {_spread(r.router_s)} | {r.other_failures}"
             f" | {sum(r.failovers_1s)}/{len(r.failovers_1s)}"
             f" | {sum(r.failovers_2s)}/{len(r.failovers_2s)} |"
