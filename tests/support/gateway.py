@@ -12,7 +12,7 @@ import httpx
 
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import Settings, settings
-from tests.support.constants import REDIS_TIMEOUT_MS
+from tests.support.constants import DRAIN_MS, REDIS_TIMEOUT_MS
 
 ADMIN = {"Authorization": f"Bearer {settings().admin_token}"}
 SERVICE = {"Authorization": f"Bearer {settings().service_token}"}
@@ -23,7 +23,12 @@ READY_TIMEOUT_S = 30.0
 def running_gateway(cfg: Settings, port: int, **env: str) -> Iterator[str]:
     """A gateway on ``port`` for the block; ``env`` (``FLASHSALE_*`` names, see
     ``settings_env``) on top of the tests' defaults. Yields its base URL."""
-    environ = {**settings_env(gateway_port=port, redis_timeout_ms=REDIS_TIMEOUT_MS), **env}
+    environ = {
+        **settings_env(
+            gateway_port=port, redis_timeout_ms=REDIS_TIMEOUT_MS, gateway_drain_delay_ms=DRAIN_MS
+        ),
+        **env,
+    }
     base = f"http://{cfg.gateway_host}:{port}"
     with process_group([sys.executable, "-m", "gateway"], env=environ) as proc:
         wait_ready(proc, http_ready(f"{base}/readyz"), READY_TIMEOUT_S, "gateway")

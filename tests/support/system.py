@@ -37,7 +37,7 @@ from flashsale.stack.processes import (
 )
 from kernel.settings import PROJECT_ROOT, Settings
 from loadtest.invariants import Answered, Answers, Check, check_run, render, units_loaded
-from tests.support.constants import LIFTED_IP_LIMITS, QUICK_RELAY, REDIS_TIMEOUT_MS
+from tests.support.constants import DRAIN_MS, LIFTED_IP_LIMITS, QUICK_RELAY, REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
 from tests.support.system_load import Answer, OpenLoad
 
@@ -161,7 +161,11 @@ class System:
         spec = self.specs[i]
         port = int(self.bases[i].rsplit(":", 1)[1])
         own = settings_env(
-            gateway_port=port, redis_timeout_ms=REDIS_TIMEOUT_MS, **LIFTED_IP_LIMITS, **QUICK_RELAY
+            gateway_port=port,
+            redis_timeout_ms=REDIS_TIMEOUT_MS,
+            gateway_drain_delay_ms=DRAIN_MS,
+            **LIFTED_IP_LIMITS,
+            **QUICK_RELAY,
         )
         argv = [*spec.prefix, sys.executable, "-m", "gateway"]
         proc = self._spawn(f"gateway{i}", argv, {**own, **spec.env, **(env or {})})
