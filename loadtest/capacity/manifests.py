@@ -123,6 +123,10 @@ def config_map(s: Sizing) -> Doc:
         "FLASHSALE_METRICS_HOST": "0.0.0.0",  # noqa: S104 - the writer's and the job's /metrics
         "FLASHSALE_WRITER_METRICS_PORT": str(WRITER_METRICS_PORT),
         "FLASHSALE_RECONCILE_METRICS_PORT": str(RECONCILE_METRICS_PORT),
+        # A stopping gateway fails readiness this long first: the probe's 2 failures x 2 s, plus
+        # the endpoints reaching kube-proxy and the ingress (terminationGracePeriodSeconds 30
+        # covers it, a request's deadline for what is in flight and the producer's flush).
+        "FLASHSALE_GATEWAY_DRAIN_DELAY_MS": "6000",
     }
     return {
         "apiVersion": "v1",
@@ -356,6 +360,10 @@ def jobs(s: Sizing) -> list[Doc]:
             },
         },
     }
+    # Promotes a Redis replica the moment its primary's port refuses connections (its
+    # probes must reach the Redis nodes directly, as the gateways do).
+    failover_argv = ["python", "-m", "flashsale", "failover-watch"]
+    failover = {"containers": [_container("failover-watch", s, failover_argv, resources=small)]}
     one = {"strategy": {"type": "Recreate"}}  # one at a time: a round per interval, not two
     return [
         _deployment("flashsale-expiry", "expiry", 1, expiry, **one),
@@ -367,5 +375,6 @@ def jobs(s: Sizing) -> list[Doc]:
             _pod_annotations(RECONCILE_METRICS_PORT),
             **one,
         ),
+        _deployment("flashsale-failover-watch", "failover-watch", 1, failover, **one),
         migrate,
     ]
