@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import resource
 
 from granian.constants import HTTPModes, Interfaces, Loops
 from granian.http import HTTP1Settings
@@ -12,6 +11,7 @@ from granian.server import Server
 
 from gateway.auth import refuse_dev_secrets
 from kernel import logs
+from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import Settings, settings
 
 # Descriptors a worker keeps for itself beyond its connections (Redis, Kafka, PostgreSQL,
@@ -22,11 +22,7 @@ _RESERVED_FDS = 512
 def max_connections(cfg: Settings) -> int:
     """The setting, within this process's open-files limit (raised to its hard limit first;
     the workers inherit it)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-        soft = hard
-    return max(1, min(cfg.gateway_max_connections, soft - _RESERVED_FDS))
+    return max(1, min(cfg.gateway_max_connections, raise_open_files_limit() - _RESERVED_FDS))
 
 
 def main() -> None:

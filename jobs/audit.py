@@ -15,14 +15,14 @@ it to Kafka is as safe as the relay's re-send (the writer stores an orderId once
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Awaitable, Callable, Collection, Container, Mapping
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 E = TypeVar("E")  # a hold, as the domain releases it (Ended, EndedUse)
 K = TypeVar("K")  # an item id, a voucher code
 P = TypeVar("P")  # where an outbox is: an item's shard, a voucher's code
-R = TypeVar("R")  # a report
 
 # The columns every report ends with, filled by HoldAudit.audit_cells() (jobs/table.py).
 AUDIT_COLUMNS = (
@@ -112,18 +112,39 @@ class HoldAudit(abc.ABC, Generic[E, P]):
         )
 
 
+A = TypeVar("A", bound=HoldAudit[Any, Any])  # a report
+
+
 async def reconcile_each(
     keys: list[K],
-    check: Callable[[K], Awaitable[R]],
-    repair: Callable[[R], Awaitable[bool]] | None,
-) -> list[R]:
-    """``check`` each one; with ``repair``, repair each report, and check again those a repair
-    did something to (``repair`` answers whether it did), so the reports say how things are
-    now."""
-    reports = [await check(key) for key in keys]
+    lag: Callable[[], int],
+    check: Callable[[K, int], Awaitable[A]],
+    repair: Callable[[A], Awaitable[bool]] | None,
+) -> list[A]:
+    """``check`` each one, given the writer's ``lag()`` (blocking: read in a thread before the
+    first check); with ``repair``, repair each report, and check again those a repair did
+    something to (``repair`` answers whether it did), so the reports say how things are now. A
+    repair that had stuck entries to deliver has the lag read again: what it delivered is the
+    writer's lag now, not drift."""
+    lagging: int | None = None
+
+    async def checked(key: K) -> A:
+        nonlocal lagging
+        if lagging is None:
+            lagging = await asyncio.to_thread(lag)
+        return await check(key, lagging)
+
+    reports = [await checked(key) for key in keys]
     if repair is None:
         return reports
+
+    async def repaired(report: A) -> bool:
+        nonlocal lagging
+        if report.stuck:
+            lagging = None
+        return await repair(report)
+
     return [
-        await check(key) if await repair(report) else report
+        await checked(key) if await repaired(report) else report
         for key, report in zip(keys, reports, strict=True)
     ]

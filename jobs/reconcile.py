@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from functools import partial
 
 import asyncpg
 
@@ -161,23 +162,9 @@ async def reconcile(
     repairs what is safe on sale, and with ``rebuild`` the shards of a drifted paused item."""
     if item_ids is None:
         item_ids = [r["id"] for r in await pool.fetch(_RECENT)]
-    if not item_ids:
-        return []
-    lag: int | None = None  # read before the first check, and again after a delivery
-
-    async def check(item_id: int) -> ItemReport:
-        nonlocal lag
-        if lag is None:
-            lag = await asyncio.to_thread(writer_lag, cfg)
-        return await reconcile_item(pool, router, item_id, lag)
-
-    async def repair(report: ItemReport) -> bool:
-        nonlocal lag
-        if report.stuck:
-            lag = None  # what is delivered is the writer's lag now, not drift
-        return await repair_item(cfg, pool, router, report, rebuild)
-
-    return await reconcile_each(item_ids, check, repair if fix else None)
+    check = partial(reconcile_item, pool, router)
+    repair = partial(repair_item, cfg, pool, router, rebuild=rebuild)
+    return await reconcile_each(item_ids, partial(writer_lag, cfg), check, repair if fix else None)
 
 
 _COLUMNS = f"item:>8 qty:>7 sold:>7 pending:>7 paid:>7 left:>7 {AUDIT_COLUMNS}"

@@ -14,8 +14,8 @@ safe while customers reserve); a ghost or a lost hold needs ``flashsale voucher 
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
+from functools import partial
 
 import asyncpg
 
@@ -120,6 +120,9 @@ async def repair_voucher(cfg: Settings, store: VoucherStore, report: VoucherRepo
     return bool(delivered or report.stale)
 
 
+_RECENT = "select code from voucher where ends_at > now() - interval '1 day' order by code"
+
+
 async def reconcile_vouchers(
     cfg: Settings,
     pool: asyncpg.Pool,
@@ -130,30 +133,11 @@ async def reconcile_vouchers(
 ) -> list[VoucherReport]:
     """Every voucher live in the last day (or these codes); ``fix`` repairs what is safe live."""
     if codes is None:
-        codes = [
-            r["code"]
-            for r in await pool.fetch(
-                "select code from voucher where ends_at > now() - interval '1 day' order by code"
-            )
-        ]
-    if not codes:
-        return []
-    lag: int | None = None  # read before the first check, and again after a delivery
-
-    async def check(code: str) -> VoucherReport:
-        nonlocal lag
-        if lag is None:
-            group = cfg.voucher_writer_group
-            lag = await asyncio.to_thread(writer_lag, cfg, cfg.vouchers_topic, group)
-        return await reconcile_voucher(pool, store, code, lag, cfg.voucher_hold_seconds)
-
-    async def repair(report: VoucherReport) -> bool:
-        nonlocal lag
-        if report.stuck:
-            lag = None  # what is delivered is the writer's lag now, not drift
-        return await repair_voucher(cfg, store, report)
-
-    return await reconcile_each(codes, check, repair if fix else None)
+        codes = [r["code"] for r in await pool.fetch(_RECENT)]
+    check = partial(reconcile_voucher, pool, store, hold_s=cfg.voucher_hold_seconds)
+    lag = partial(writer_lag, cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
+    repair = partial(repair_voucher, cfg, store)
+    return await reconcile_each(codes, lag, check, repair if fix else None)
 
 
 _COLUMNS = f"voucher:<20 kind:<8 limit:>7 used:>7 reserved:>8 confirmed:>9 left:>7 {AUDIT_COLUMNS}"

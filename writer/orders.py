@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Awaitable, Set
 
 from domain.order_lifecycle import ACTIVE, SOLD_OUT
-from kernel.events import Event, OrderPlaced
+from kernel.events import OrderPlaced
 from shard_router import ShardRouter
 from shard_router.reassert import Reasserted, forfeit_order, reassert_order
 from writer import metrics
@@ -58,28 +58,24 @@ def to_order(record: Record, event: OrderPlaced) -> Order:
 class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
     name = "orders"
     noun = "order"
+    event = OrderPlaced
+    target_noun = "item"
+    unit = "unit"
     schema = SCHEMA
-    unknown = Fate.UNKNOWN_ITEM
     metric = metrics.ORDERS
     failpoints = "writer"
     exhausted = SOLD_OUT
 
-    def row(self, record: Record, event: Event) -> Order | None:
-        return to_order(record, event) if isinstance(event, OrderPlaced) else None
+    def to_row(self, record: Record, event: OrderPlaced) -> Order:
+        return to_order(record, event)
 
     def holder(self, row: Order) -> Holder:
         e = row.event
         return Holder(e.order_id, e.item_id, e.user_id, e.shard)
 
-    def unknown_reason(self, row: Order) -> str:
-        return f"unknown item {row.target}"
-
     def held_reason(self, row: Order, holders: Set[str], per_buyer: int) -> str:
         held = ", ".join(sorted(holders))
         return f"already active: user {row.buyer} holds order {held} for item {row.target}"
-
-    def exhausted_reason(self, row: Order, capacity: int) -> str:
-        return f"{self.exhausted}: item {row.target} has no unit left of {capacity}"
 
     async def release(self, router: ShardRouter, holder: Holder, locked: Locked) -> bool:
         if (shards := _shards(holder, locked)) is None:

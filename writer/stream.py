@@ -73,15 +73,26 @@ class Stream(ABC, Generic[E, K]):
 
     name: str  # "orders", "vouchers": a metrics label
     noun: str  # "order", "voucher use": in logs and dead-letter reasons; plural with an s
+    event: type[E]  # the events it stores; the other stream's are not its own
+    target_noun: str  # "item", "voucher": what a row is counted against, in refusals
+    unit: str  # "unit", "use": what a target has a capacity of
     schema: Schema
-    unknown: Fate  # the fate of a row whose target does not exist
     metric: Counter  # this stream's rows, by fate
     failpoints: str  # "<failpoints>.before_commit", "<failpoints>.after_commit"
     exhausted: str  # how exhausted_reason() begins: tells a stored capacity refusal apart
 
-    @abstractmethod
+    @property
+    def unknown(self) -> Fate:
+        """The fate of a row whose target does not exist."""
+        return Fate(f"unknown_{self.target_noun}")
+
     def row(self, record: Record, event: Event) -> Row[E] | None:
         """None for an event of the other stream; raises InvalidEvent."""
+        return self.to_row(record, event) if isinstance(event, self.event) else None
+
+    @abstractmethod
+    def to_row(self, record: Record, event: E) -> Row[E]:
+        """Its columns, converted and checked; raises InvalidEvent."""
 
     @abstractmethod
     def holder(self, row: Row[E]) -> Holder: ...
@@ -99,15 +110,16 @@ class Stream(ABC, Generic[E, K]):
         """Was a stored refusal one for capacity (its hold forfeited, not given back)?"""
         return reason.startswith(self.exhausted)
 
-    @abstractmethod
-    def unknown_reason(self, row: Row[E]) -> str: ...
+    def unknown_reason(self, row: Row[E]) -> str:
+        return f"unknown {self.target_noun} {row.target}"
 
     @abstractmethod
     def held_reason(self, row: Row[E], holders: Set[str], per_buyer: int) -> str:
         """Why a buyer who already holds ``per_buyer`` active rows of the target is refused."""
 
-    @abstractmethod
-    def exhausted_reason(self, row: Row[E], capacity: int) -> str: ...
+    def exhausted_reason(self, row: Row[E], capacity: int) -> str:
+        t, unit = self.target_noun, self.unit
+        return f"{self.exhausted}: {t} {row.target} has no {unit} left of {capacity}"
 
     def conflict(self, row: Row[E], stored: Mapping[str, Any]) -> str | None:
         """Why ``stored``, found under the row's identity, is not this row; None when it is."""

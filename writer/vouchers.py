@@ -18,13 +18,13 @@ from typing import Any
 from domain.voucher_arm import OUT_OF_STOCK
 from domain.voucher_lifecycle import ACTIVE
 from domain.vouchers import valid_code, valid_order_id
-from kernel.events import Event, VoucherReserved
+from kernel.events import VoucherReserved
 from shard_router import ShardRouter, VoucherStore
 from shard_router.reassert import Reasserted, forfeit_use, reassert_use
 from writer import metrics
 from writer.batch import BIGINT, InvalidEvent, Record, Row, in_range, timestamp
 from writer.sql import Schema
-from writer.stream import Decision, Fate, Holder, Locked, Stream
+from writer.stream import Decision, Holder, Locked, Stream
 
 Redemption = Row[VoucherReserved]
 
@@ -61,27 +61,23 @@ def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
 class VoucherStream(Stream[VoucherReserved, str]):
     name = "vouchers"
     noun = "voucher use"
+    event = VoucherReserved
+    target_noun = "voucher"
+    unit = "use"
     schema = SCHEMA
-    unknown = Fate.UNKNOWN_VOUCHER
     metric = metrics.VOUCHER_USES
     failpoints = "writer.vouchers"
     exhausted = OUT_OF_STOCK
 
-    def row(self, record: Record, event: Event) -> Redemption | None:
-        return to_redemption(record, event) if isinstance(event, VoucherReserved) else None
+    def to_row(self, record: Record, event: VoucherReserved) -> Redemption:
+        return to_redemption(record, event)
 
     def holder(self, row: Redemption) -> Holder:
         e = row.event
         return Holder(e.order_id, e.code, e.customer_id, None)
 
-    def unknown_reason(self, row: Redemption) -> str:
-        return f"unknown voucher {row.target}"
-
     def held_reason(self, row: Redemption, holders: Set[str], per_buyer: int) -> str:
         return f"already used: customer {row.buyer} holds {per_buyer} uses of voucher {row.target}"
-
-    def exhausted_reason(self, row: Redemption, capacity: int) -> str:
-        return f"{self.exhausted}: voucher {row.target} has no use left of {capacity}"
 
     def conflict(self, row: Redemption, stored: Mapping[str, Any]) -> str | None:
         code, customer = stored["voucher_code"], stored["customer_id"]

@@ -104,8 +104,8 @@ def _report(
             views.Reconciliation(
                 drift,
                 fixed,
-                [views.ItemCheck.of(r) for r in items],
-                [views.VoucherCheck.of(r) for r in vouchers],
+                [views.check(r) for r in items],
+                [views.check(r) for r in vouchers],
             )
         )
     else:

@@ -7,81 +7,82 @@ one-item body from options; either way it is decoded into the API's ``NewSale``.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 from domain.rules import RowId
 from domain.sales import NewSale, create_sale
 from flashsale.cli import output, queries, views
+from flashsale.cli.admin import Command, Form, Option, Subject, add_group, arming, moments, show
+from flashsale.cli.admin import window as window_options
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_db, run_stack
 from flashsale.cli.errors import Failure
-from flashsale.cli.inputs import moment, options_or_defaults, read_body, refuse_options_with_file
-from flashsale.cli.parser import (
-    Subcommands,
-    add_json,
-    add_yes,
-    at_least,
-    command,
-    integer,
-    subcommands,
-)
-from flashsale.cli.validate import convert, decode
+from flashsale.cli.parser import Subcommands, command, integer
 from kernel.settings import Settings
 
-# Options of the one-item form, their defaults, and the API field each fills.
-DEFAULTS: dict[str, Any] = {
-    "name": "flash sale",
-    "product": "sku-1",
-    "quantity": 1000,
-    "price": 9900,
-    "shards": 4,
-    "starts_in": 0,
-    "duration": 3600,
-    "window": 600,
-}
-OPTION_OF_FIELD = {
-    "$.name": "--name",
-    "$.items[0].productId": "--product",
-    "$.items[0].quantity": "--quantity",
-    "$.items[0].price": "--price",
-    "$.items[0].shards": "--shards",
-    "$.startsAt": "--starts-in",
-    "$.endsAt": "--duration",
-    "$.paymentWindowSeconds": "--window",
-}
+SALE = Subject("sale", "id", "SALE_ID", RowId, integer)
 
 
-def sale_of_options(args: argparse.Namespace) -> NewSale:
-    o = options_or_defaults(args, DEFAULTS)
-    starts_at = moment(dt.datetime.now(dt.UTC), o["starts_in"], "--starts-in")
-    body = {
+def _body(o: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    starts_at, ends_at = moments(o)
+    item = {
+        "productId": o["product"],
+        "quantity": o["quantity"],
+        "price": o["price"],
+        "shards": o["shards"],
+    }
+    return {
         "name": o["name"],
         "startsAt": starts_at,
-        "endsAt": moment(starts_at, o["duration"], "--duration"),
+        "endsAt": ends_at,
         "paymentWindowSeconds": o["window"],
-        "items": [
-            {
-                "productId": o["product"],
-                "quantity": o["quantity"],
-                "price": o["price"],
-                "shards": o["shards"],
-            }
-        ],
+        "items": [item],
     }
-    return convert(body, NewSale, OPTION_OF_FIELD)
 
 
-def new_sale(args: argparse.Namespace) -> NewSale:
-    if args.source is None:
-        return sale_of_options(args)
-    refuse_options_with_file(args, list(DEFAULTS), "sale")
-    data, source = read_body(args.source)
-    return decode(data, NewSale, source)
+FORM = Form(
+    "sale",
+    NewSale,
+    [
+        Option("--name", "$.name", "flash sale", "the sale's name, 1-200 characters"),
+        Option(
+            "--product", "$.items[0].productId", "sku-1", "the item's product id, 1-200 characters"
+        ),
+        Option("--quantity", "$.items[0].quantity", 1000, "units for sale, 0-100000000", integer),
+        Option(
+            "--price",
+            "$.items[0].price",
+            9900,
+            "price in minor currency units, e.g. cents, >= 0",
+            integer,
+        ),
+        Option(
+            "--shards",
+            "$.items[0].shards",
+            4,
+            "Redis stock shards the units are spread over, 1-256",
+            integer,
+        ),
+        *window_options("opens", "open", 3600),
+        Option(
+            "--window",
+            "$.paymentWindowSeconds",
+            600,
+            "payment window: seconds a buyer has to pay, 1-86400",
+            integer,
+            "SECONDS",
+        ),
+    ],
+    _body,
+    source_help="the sale as the JSON body of POST /admin/sales (several items allowed); "
+    "'-' reads stdin; the one-item options below then do not apply",
+    title="a one-item sale from options",
+)
 
 
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
-    sale = new_sale(args)  # before connecting: a refused sale needs no database
+    sale = FORM.read(args)  # before connecting: a refused sale needs no database
 
     async def work(pool: Any) -> int:
         sale_id, item_ids = await create_sale(pool, sale)
@@ -89,10 +90,6 @@ def _create(args: argparse.Namespace, cfg: Settings) -> int:
         return 0
 
     return run_db(cfg, work)
-
-
-def sale_id_of(args: argparse.Namespace) -> int:
-    return int(convert(args.sale_id, RowId, {"$": "SALE_ID"}))
 
 
 async def fetch_sale(pool: Any, sale_id: int) -> views.Sale:
@@ -136,25 +133,20 @@ def render_sale(sale: views.Sale) -> str:
 
 
 def _show(args: argparse.Namespace, cfg: Settings) -> int:
-    sale_id = sale_id_of(args)
+    sale_id = int(SALE.of(args))
 
     async def work(pool: Any) -> int:
         sale = await fetch_sale(pool, sale_id)
-        if args.json:
-            output.print_json(sale)
-        else:
-            print(render_sale(sale))
-        return 0
+        return show(args, sale, lambda: render_sale(sale))
 
     return run_db(cfg, work)
 
 
 def _arm(args: argparse.Namespace, cfg: Settings) -> int:
     from domain.arm import arm_sale
-    from domain.errors import NotReady
     from shard_router.stock_events import publish
 
-    sale_id = sale_id_of(args)
+    sale_id = int(SALE.of(args))
 
     async def work(pool: Any, router: Any) -> int:
         sale = await fetch_sale(pool, sale_id)
@@ -165,90 +157,39 @@ def _arm(args: argparse.Namespace, cfg: Settings) -> int:
                 + (" while it is on sale" if sale.on_sale else ""),
                 yes=args.yes,
             )
-        try:
-            armed = await arm_sale(pool, router, sale_id)
-        except NotReady as exc:
-            raise Failure(f"sale {sale_id} not armed: {exc}") from exc
+        armed = await arming(f"sale {sale_id}", arm_sale(pool, router, sale_id))
         for item in armed:  # as the API does: gateways drop their sold-out flags for it
             await publish(router.client, "restock", item.item_id)
-        if args.json:
-            output.print_json(views.ArmedSale.of(sale_id, armed))
-            return 0
-        for a in armed:
-            print(f"item {a.item_id}: {a.units} units over {a.shards} shards ({a.held} held)")
-        return 0
+        return show(
+            args,
+            views.ArmedSale.of(sale_id, armed),
+            lambda: "\n".join(
+                f"item {a.item_id}: {a.units} units over {a.shards} shards ({a.held} held)"
+                for a in armed
+            ),
+        )
 
     return run_stack(cfg, work)
 
 
 def _add_create(actions: Subcommands) -> None:
-    p = command(
-        actions, "create", "create a sale (not yet armed) and print its ids as JSON", _create
-    )
-    d = DEFAULTS
-    p.add_argument(
-        "--from",
-        dest="source",
-        metavar="FILE",
-        help="the sale as the JSON body of POST /admin/sales (several items allowed); "
-        "'-' reads stdin; the one-item options below then do not apply",
-    )
-    item = p.add_argument_group("a one-item sale from options (each has a default)")
-    item.add_argument("--name", help=f"the sale's name, 1-200 characters (default: {d['name']!r})")
-    item.add_argument(
-        "--product", help=f"the item's product id, 1-200 characters (default: {d['product']!r})"
-    )
-    item.add_argument(
-        "--quantity",
-        type=integer,
-        help=f"units for sale, 0-100000000 (default: {d['quantity']})",
-    )
-    item.add_argument(
-        "--price",
-        type=integer,
-        help=f"price in minor currency units, e.g. cents, >= 0 (default: {d['price']})",
-    )
-    item.add_argument(
-        "--shards",
-        type=integer,
-        help=f"Redis stock shards the units are spread over, 1-256 (default: {d['shards']})",
-    )
-    item.add_argument(
-        "--starts-in",
-        type=integer,
-        metavar="SECONDS",
-        help=f"seconds from now until it opens; negative: already open (default: {d['starts_in']})",
-    )
-    item.add_argument(
-        "--duration",
-        type=at_least(1),
-        metavar="SECONDS",
-        help=f"seconds it stays open, >= 1 (default: {d['duration']})",
-    )
-    item.add_argument(
-        "--window",
-        type=integer,
-        metavar="SECONDS",
-        help=f"payment window: seconds a buyer has to pay, 1-86400 (default: {d['window']})",
+    FORM.add_to(
+        command(
+            actions, "create", "create a sale (not yet armed) and print its ids as JSON", _create
+        )
     )
 
 
 def add_sale(sub: Subcommands) -> None:
-    parser = command(sub, "sale", "create a sale, show it with its items, arm it")
-    actions = subcommands(parser, "action")
-    _add_create(actions)
-
-    p = command(actions, "show", "print a sale and its items", _show)
-    p.add_argument("sale_id", type=integer, metavar="SALE_ID", help="the sale's id")
-    add_json(p)
-
-    p = command(
-        actions,
-        "arm",
-        "load each item's stock into Redis from the database; refused until every primary "
-        "has an in-sync replica",
-        _arm,
+    add_group(
+        sub,
+        SALE,
+        "create a sale, show it with its items, arm it",
+        _add_create,
+        Command("print a sale and its items", _show),
+        Command(
+            "load each item's stock into Redis from the database; refused until every primary "
+            "has an in-sync replica",
+            _arm,
+        ),
     )
-    p.add_argument("sale_id", type=integer, metavar="SALE_ID", help="the sale's id")
-    add_yes(p, "re-arm a sale that is armed already")
-    add_json(p)

@@ -5,8 +5,10 @@ never renamed or removed, so scripts keep working. Where the API answers the sam
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
-from typing import TYPE_CHECKING
+import functools
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -15,8 +17,7 @@ if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis
     from domain.sales import NewSale
     from domain.voucher_arm import ArmedVoucher
     from domain.vouchers import Voucher
-    from jobs.reconcile import ItemReport
-    from jobs.voucher_reconcile import VoucherReport
+    from jobs.audit import HoldAudit
     from shard_router import ShardState
 
 
@@ -112,88 +113,35 @@ class Item(View, frozen=True):
         return cls(item_id, quantity, sold, paused, sum(s.stock for s in states), shards)
 
 
-# reconcile
-class ItemCheck(View, frozen=True):
-    item_id: int
-    quantity: int
-    sold: int
-    pending: int
-    paid: int
-    paused: bool
-    units_left: int
-    holds: int
-    outbox: int
-    in_flight: int
-    stale: int
-    ghosts: int
-    lost: int
-    kafka_lag: int
-    drift: int
-
-    @classmethod
-    def of(cls, r: ItemReport) -> ItemCheck:
-        return cls(
-            r.item_id,
-            r.quantity,
-            r.sold,
-            r.pending,
-            r.paid,
-            r.paused,
-            r.units_left,
-            r.holds,
-            r.outbox,
-            r.in_flight,
-            len(r.stale),
-            r.ghosts,
-            r.lost,
-            r.kafka_lag,
-            r.drift,
-        )
+# reconcile: one entry per item or voucher, the same for both: the report's own fields
+# (jobs/reconcile.py's ItemReport, jobs/voucher_reconcile.py's VoucherReport: the database's
+# counts and Redis's units) and then what the audit found (jobs/audit.py). A field a report gains
+# is added here too; none is renamed or removed.
+AUDITED = ("holds", "outbox", "in_flight", "stale", "ghosts", "lost", "kafka_lag", "drift")
 
 
-class VoucherCheck(View, frozen=True):
-    code: str
-    is_flash: bool
-    total_limit: int
-    used_count: int
-    reserved: int
-    confirmed: int
-    remaining: int | None  # flash only: uses left in Redis; null when Redis has not loaded it
-    holds: int
-    outbox: int
-    in_flight: int
-    stale: int
-    ghosts: int
-    lost: int
-    kafka_lag: int
-    drift: int
+def check(report: HoldAudit[Any, Any]) -> View:
+    from jobs.audit import HoldAudit  # at run time only: the jobs are not imported for --help
 
-    @classmethod
-    def of(cls, r: VoucherReport) -> VoucherCheck:
-        return cls(
-            r.code,
-            r.is_flash,
-            r.total_limit,
-            r.used_count,
-            r.reserved,
-            r.confirmed,
-            r.remaining,
-            r.holds,
-            r.outbox,
-            r.in_flight,
-            len(r.stale),
-            r.ghosts,
-            r.lost,
-            r.kafka_lag,
-            r.drift,
-        )
+    audit = {f.name for f in dataclasses.fields(HoldAudit)}
+    own = tuple(f.name for f in dataclasses.fields(report) if f.name not in audit)
+    values = {name: getattr(report, name) for name in (*own, *AUDITED)}
+    values["stale"] = len(report.stale)  # the count: the holds themselves are for --fix
+    return _check_view(own)(**values)
+
+
+@functools.cache
+def _check_view(own: tuple[str, ...]) -> type[View]:
+    """The entry's shape for a report with these own fields."""
+    shape = msgspec.defstruct("Check", (*own, *AUDITED), bases=(View,), frozen=True)
+    return cast(type[View], shape)
 
 
 class Reconciliation(View, frozen=True):
     drift: int  # the sum over items and vouchers; the exit status is 1 when it is not 0
     fixed: bool  # --fix ran (the numbers are those after the fix)
-    items: list[ItemCheck]
-    vouchers: list[VoucherCheck]
+    items: list[View]  # check(ItemReport)
+    vouchers: list[View]  # check(VoucherReport)
 
 
 # voucher create / show / arm
@@ -251,4 +199,4 @@ class ArmedVoucherView(View, frozen=True):
 
 class VoucherShown(View, frozen=True):
     voucher: VoucherTerms
-    check: VoucherCheck  # the same object as an entry of reconcile's "vouchers"
+    check: View  # check(report): the same object as an entry of reconcile's "vouchers"

@@ -9,88 +9,82 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import msgspec
 
 from domain.vouchers import Code, NewVoucher, VoucherExists, create_voucher, fetch_voucher
 from flashsale.cli import output, views
+from flashsale.cli.admin import Command, Form, Option, Subject, add_group, arming, moments, show
+from flashsale.cli.admin import window as window_options
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_db, run_stack
-from flashsale.cli.errors import Failure, UsageError
-from flashsale.cli.inputs import moment, options_or_defaults, read_body, refuse_options_with_file
-from flashsale.cli.parser import (
-    Subcommands,
-    add_json,
-    add_yes,
-    at_least,
-    command,
-    integer,
-    subcommands,
-)
-from flashsale.cli.validate import convert, decode
+from flashsale.cli.errors import Failure
+from flashsale.cli.parser import Subcommands, command, integer
 from kernel.settings import Settings
 
-DEFAULTS: dict[str, Any] = {
-    "discount": 100_000,
-    "min_order": 0,
-    "total": 1000,
-    "per_customer": 1,
-    "starts_in": 0,
-    "duration": 86_400,
-}
-OPTION_OF_FIELD = {
-    "$.code": "CODE",
-    "$.discountAmount": "--discount",
-    "$.minOrderAmount": "--min-order",
-    "$.totalLimit": "--total",
-    "$.perCustomerLimit": "--per-customer",
-    "$.startsAt": "--starts-in",
-    "$.endsAt": "--duration",
-}
+VOUCHER = Subject("voucher", "code", "CODE", Code)
 
 
-def _voucher_of_options(args: argparse.Namespace) -> NewVoucher:
-    if args.code is None:
-        raise UsageError("CODE: is required (or give the whole voucher with --from FILE)")
-    o = options_or_defaults(args, DEFAULTS)
-    starts_at = moment(dt.datetime.now(dt.UTC), o["starts_in"], "--starts-in")
-    body = {
+def _body(o: Mapping[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    starts_at, ends_at = moments(o)
+    return {
         "code": args.code,
         "discountAmount": o["discount"],
         "minOrderAmount": o["min_order"],
         "totalLimit": o["total"],
         "perCustomerLimit": o["per_customer"],
         "startsAt": starts_at,
-        "endsAt": moment(starts_at, o["duration"], "--duration"),
+        "endsAt": ends_at,
         "isFlash": args.flash,
     }
-    return convert(body, NewVoucher, OPTION_OF_FIELD)
 
 
-def new_voucher(args: argparse.Namespace) -> NewVoucher:
-    if args.source is None:
-        return _voucher_of_options(args)
-    if args.code is not None:
-        raise UsageError("--from: the file holds the whole voucher, its code too; drop CODE")
-    refuse_options_with_file(args, [*DEFAULTS, "flash"], "voucher")
-    data, source = read_body(args.source)
-    return decode(data, NewVoucher, source)
-
-
-def code_of(args: argparse.Namespace) -> str:
-    return str(convert(args.code, Code, {"$": "CODE"}))
+FORM = Form(
+    "voucher",
+    NewVoucher,
+    [
+        Option(
+            "--discount",
+            "$.discountAmount",
+            100_000,
+            "discount in minor currency units, >= 1",
+            integer,
+            "AMOUNT",
+        ),
+        Option(
+            "--min-order",
+            "$.minOrderAmount",
+            0,
+            "smallest order amount it applies to, minor units, >= 0",
+            integer,
+            "AMOUNT",
+        ),
+        Option("--total", "$.totalLimit", 1000, "uses in all, 0-100000000", integer, "USES"),
+        Option(
+            "--per-customer",
+            "$.perCustomerLimit",
+            1,
+            "uses per customer, 1-1000000",
+            integer,
+            "USES",
+        ),
+        *window_options("is valid", "valid", 86_400, ", a day"),
+    ],
+    _body,
+    source_help="the voucher as the JSON body of POST /admin/vouchers; '-' reads stdin; CODE and "
+    "the options below then do not apply",
+    title="a voucher from options",
+    flags=["flash"],
+    positional="code",
+)
 
 
 async def _arm(pool: Any, store: Any, code: str) -> Any:
-    """arm_voucher, with its refusal as a Failure."""
-    from domain.errors import NotReady
     from domain.voucher_arm import arm_voucher
 
-    try:
-        return await arm_voucher(pool, store, code)
-    except NotReady as exc:
-        raise Failure(f"voucher {code} not armed: {exc}") from exc
+    return await arming(f"voucher {code}", arm_voucher(pool, store, code))
 
 
 async def _insert(pool: Any, new: NewVoucher) -> dict[str, Any]:
@@ -103,7 +97,7 @@ async def _insert(pool: Any, new: NewVoucher) -> dict[str, Any]:
 
 
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
-    new = new_voucher(args)  # before connecting: a refused voucher needs no database
+    new = FORM.read(args)  # before connecting: a refused voucher needs no database
 
     async def ordinary(pool: Any) -> int:  # taken in PostgreSQL: Redis is not needed
         output.print_json(views.CreatedVoucher(**await _insert(pool, new)))
@@ -142,7 +136,7 @@ def render_voucher(terms: views.VoucherTerms) -> str:
 
 
 def _show(args: argparse.Namespace, cfg: Settings) -> int:
-    code = code_of(args)
+    code = str(VOUCHER.of(args))
 
     async def work(pool: Any, router: Any) -> int:
         from jobs.reconcile import writer_lag
@@ -155,17 +149,17 @@ def _show(args: argparse.Namespace, cfg: Settings) -> int:
         lag = writer_lag(cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
         report = await reconcile_voucher(pool, VoucherStore(router), code, lag)
         terms = views.VoucherTerms.of(voucher)
-        if args.json:
-            output.print_json(views.VoucherShown(terms, views.VoucherCheck.of(report)))
-        else:
-            print(f"{render_voucher(terms)}\n\n{render_voucher_table([report])}")
-        return 0
+        return show(
+            args,
+            views.VoucherShown(terms, views.check(report)),
+            lambda: f"{render_voucher(terms)}\n\n{render_voucher_table([report])}",
+        )
 
     return run_stack(cfg, work)
 
 
 def _arm_command(args: argparse.Namespace, cfg: Settings) -> int:
-    code = code_of(args)
+    code = str(VOUCHER.of(args))
 
     async def work(pool: Any, router: Any) -> int:
         from shard_router import VoucherStore
@@ -184,14 +178,14 @@ def _arm_command(args: argparse.Namespace, cfg: Settings) -> int:
                     yes=args.yes,
                 )
         armed = await _arm(pool, store, code)  # refuses an unknown or ordinary voucher
-        if args.json:
-            output.print_json(views.ArmedVoucherView.of(armed))
-        else:
-            print(
+        return show(
+            args,
+            views.ArmedVoucherView.of(armed),
+            lambda: (
                 f"voucher {armed.code}: {armed.remaining} uses left ({armed.held} held, "
                 f"{armed.in_flight} in flight)"
-            )
-        return 0
+            ),
+        )
 
     return run_stack(cfg, work)
 
@@ -206,53 +200,7 @@ def _add_create(actions: Subcommands) -> None:
     p.add_argument(
         "code", nargs="?", metavar="CODE", help="the code buyers type: 1-64 of A-Z a-z 0-9 _ -"
     )
-    p.add_argument(
-        "--from",
-        dest="source",
-        metavar="FILE",
-        help="the voucher as the JSON body of POST /admin/vouchers; '-' reads stdin; CODE and "
-        "the options below then do not apply",
-    )
-    d = DEFAULTS
-    g = p.add_argument_group("a voucher from options (each has a default)")
-    g.add_argument(
-        "--discount",
-        type=integer,
-        metavar="AMOUNT",
-        help=f"discount in minor currency units, >= 1 (default: {d['discount']})",
-    )
-    g.add_argument(
-        "--min-order",
-        type=integer,
-        metavar="AMOUNT",
-        help=f"smallest order amount it applies to, minor units, >= 0 (default: {d['min_order']})",
-    )
-    g.add_argument(
-        "--total",
-        type=integer,
-        metavar="USES",
-        help=f"uses in all, 0-100000000 (default: {d['total']})",
-    )
-    g.add_argument(
-        "--per-customer",
-        type=integer,
-        metavar="USES",
-        help=f"uses per customer, 1-1000000 (default: {d['per_customer']})",
-    )
-    g.add_argument(
-        "--starts-in",
-        type=integer,
-        metavar="SECONDS",
-        help=f"seconds from now until it is valid; negative: already valid (default: "
-        f"{d['starts_in']})",
-    )
-    g.add_argument(
-        "--duration",
-        type=at_least(1),
-        metavar="SECONDS",
-        help=f"seconds it stays valid, >= 1 (default: {d['duration']}, a day)",
-    )
-    g.add_argument(
+    FORM.add_to(p).add_argument(
         "--flash",
         action="store_true",
         help="a flash voucher: uses are taken in Redis, armed at once (default: ordinary, "
@@ -261,20 +209,14 @@ def _add_create(actions: Subcommands) -> None:
 
 
 def add_voucher(sub: Subcommands) -> None:
-    parser = command(sub, "voucher", "create a voucher, show its counters, arm a flash one")
-    actions = subcommands(parser, "action")
-    _add_create(actions)
-
-    p = command(actions, "show", "print a voucher, its counters and its drift", _show)
-    p.add_argument("code", metavar="CODE", help="the voucher's code")
-    add_json(p)
-
-    p = command(
-        actions,
-        "arm",
-        "load a flash voucher's uses into Redis from the database (after a Redis loss)",
-        _arm_command,
+    add_group(
+        sub,
+        VOUCHER,
+        "create a voucher, show its counters, arm a flash one",
+        _add_create,
+        Command("print a voucher, its counters and its drift", _show),
+        Command(
+            "load a flash voucher's uses into Redis from the database (after a Redis loss)",
+            _arm_command,
+        ),
     )
-    p.add_argument("code", metavar="CODE", help="the voucher's code")
-    add_yes(p, "re-arm a voucher that is armed already")
-    add_json(p)

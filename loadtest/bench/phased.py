@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -26,8 +25,6 @@ from urllib.parse import urlsplit
 import uvloop
 from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
 
-from kernel.settings import PROJECT_ROOT
-from loadtest.bench.servers import pinned
 from loadtest.generators import openloop
 
 SUMMARY_PREFIX = "PHASED_JSON "
@@ -182,19 +179,9 @@ def measure(
         argv += ["--phase", f"{phase.rate:g}:{phase.seconds:g}"]
     if tokens is not None:
         argv += ["--tokens", str(tokens)]
-    done = subprocess.run(
-        pinned(core, argv),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
+    return openloop.pinned_summary(
+        argv, SUMMARY_PREFIX, core=core, timeout_s=timeout_s, what="phased load"
     )
-    for line in done.stdout.splitlines():
-        if line.startswith(SUMMARY_PREFIX):
-            summary: dict[str, Any] = json.loads(line[len(SUMMARY_PREFIX) :])
-            return summary
-    raise RuntimeError(f"phased load failed (exit {done.returncode}): {done.stderr[-2000:]}")
 
 
 def main() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import MISSING, fields
 from pathlib import Path
 
 from kernel.settings import settings
@@ -36,20 +37,9 @@ def k8s_options(parser: argparse.ArgumentParser) -> None:
 def emit_k8s(
     directory: Path, fleet: Fleet, target: Target, figures: Figures, args: argparse.Namespace
 ) -> None:
-    sized = k8s.sizing(
-        fleet,
-        target,
-        figures,
-        settings().orders_partitions,
-        image=args.image,
-        kubectl_image=args.kubectl_image,
-        redis_nodes=args.redis_nodes,
-        kafka_bootstrap=args.kafka_bootstrap,
-        idle_replicas=args.idle_replicas,
-        sale_start=args.sale_start,
-        sale_end=args.sale_end,
-        prescale_lead_min=args.prescale_lead_min,
-    )
+    # The options are the deployment's own choices: Sizing's fields that have a default.
+    choices = {f.name: getattr(args, f.name) for f in fields(Sizing) if f.default is not MISSING}
+    sized = k8s.sizing(fleet, target, figures, settings().orders_partitions, **choices)
     print(f"\nKubernetes manifests ({sized.gateway_replicas} gateways, {sized.writers} writers):")
     for path in k8s.write(sized, directory):
         print(f"  {path}")

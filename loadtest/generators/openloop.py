@@ -59,6 +59,7 @@ class Connection(asyncio.Protocol):
         self.buffer = bytearray()
         self.intended = 0.0
         self.busy = False
+        self.closed_by_peer = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -89,7 +90,14 @@ class Connection(asyncio.Protocol):
             self.busy = False
             self.gen.completed(self, status)
 
+    def eof_received(self) -> None:
+        self.closed_by_peer = True
+
+    def usable(self) -> bool:
+        return self.transport is not None and not self.transport.is_closing()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed_by_peer = self.closed_by_peer or exc is not None
         self.gen.lost(self)
 
 
@@ -129,8 +137,28 @@ class OpenLoop:
             conn.busy = False
             self.in_flight -= 1
             self.errors += 1
+        if conn.closed_by_peer:
+            # A server or balancer closing an idle keep-alive connection: a client opens
+            # another, as a browser would, so the pool keeps its size.
+            asyncio.get_running_loop().create_task(self._reopen(conn))
+
+    async def _reopen(self, old: Connection) -> None:
+        plan = self.plan
+        try:
+            _, conn = await asyncio.get_running_loop().create_connection(
+                lambda: Connection(self), plan.host, plan.port
+            )
+        except OSError:
+            self.errors += 1
+            return
+        if old in self.connections:
+            self.connections.remove(old)
+        self.connections.append(conn)
+        self._next(conn)
 
     def _next(self, conn: Connection) -> None:
+        if not conn.usable():
+            return  # closing: its connection_lost reopens it
         if self.queue:
             intended, request = self.queue.popleft()
             self.in_flight += 1
@@ -139,6 +167,8 @@ class OpenLoop:
             self.idle.append(conn)
 
     def _dispatch(self, intended: float, request: bytes) -> None:
+        while self.idle and not self.idle[-1].usable():
+            self.idle.pop()  # closed under us; connection_lost is on its way
         if self.idle:
             self.in_flight += 1
             self.idle.pop().send(intended, request)
@@ -261,6 +291,14 @@ def measure(
         argv += ["--tokens", str(tokens)]
     if drain_s is not None:
         argv += ["--drain", f"{drain_s:g}"]
+    return pinned_summary(argv, SUMMARY_PREFIX, core=core, timeout_s=timeout_s, what="openloop")
+
+
+def pinned_summary(
+    argv: list[str], prefix: str, *, core: int | str, timeout_s: float, what: str
+) -> dict[str, Any]:
+    """Run a generator's command line in a subprocess pinned to ``core``; the JSON its
+    ``prefix`` line carries (this module's, loadtest/bench/phased.py's)."""
     done = subprocess.run(
         pinned(core, argv),
         cwd=PROJECT_ROOT,
@@ -270,10 +308,10 @@ def measure(
         check=False,
     )
     for line in done.stdout.splitlines():
-        if line.startswith(SUMMARY_PREFIX):
-            summary: dict[str, Any] = json.loads(line[len(SUMMARY_PREFIX) :])
+        if line.startswith(prefix):
+            summary: dict[str, Any] = json.loads(line[len(prefix) :])
             return summary
-    raise RuntimeError(f"openloop failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr[-2000:]}")
 
 
 def main() -> None:

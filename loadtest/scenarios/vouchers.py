@@ -34,7 +34,8 @@ class VoucherBurst(GatewayUser):
             log.error("no voucher in this run: VoucherBurst stops")
             raise StopUser()
         self.base_path = f"/vouchers/{code}/reservations"
-        self.service = {"Authorization": f"Bearer {self.cfg.service_token}"}
+        service = {"Authorization": f"Bearer {self.cfg.service_token}"}
+        self.as_service = partial(self.call, headers=service)  # every call is the order service's
 
     @task
     def reserve_once(self) -> None:
@@ -55,14 +56,8 @@ class VoucherBurst(GatewayUser):
 
     def reserve(self, customer: int, order_id: str, judge: Judge) -> Answer:
         body = {"customerId": customer, "orderId": order_id, "orderAmount": ORDER_AMOUNT}
-        return self.call(
-            "POST",
-            self.base_path,
-            "voucher",
-            answers.VOUCHER_RESERVE,
-            headers=self.service,
-            body=body,
-            judge=judge,
+        return self.as_service(
+            "POST", self.base_path, "voucher", answers.VOUCHER_RESERVE, body=body, judge=judge
         )
 
     def settle(self, order_id: str, action: str) -> Answer:
@@ -72,7 +67,7 @@ class VoucherBurst(GatewayUser):
         else:
             method, path, expected = "DELETE", f"/{order_id}", answers.VOUCHER_RELEASE
         endpoint, url = f"voucher-{action}", self.base_path + path
-        call = partial(self.call, method, url, endpoint, expected, headers=self.service)
+        call = partial(self.as_service, method, url, endpoint, expected)
         return self.until_stored(call, "RESERVATION_PROCESSING")
 
 

@@ -7,7 +7,7 @@ import asyncio
 import functools
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import pytest
@@ -52,6 +52,28 @@ def _record(value: bytes | None, offset: int = 0, partition: int = 0) -> Record:
     return Record("orders", partition, offset, None, value)
 
 
+async def _written(
+    t: Topics, events: list[OrderPlaced], partition: Callable[[int], int] | None = None
+) -> None:
+    """Send ``events`` to the test's orders topic (``partition`` as messages() takes it), and
+    run a writer until it has stored them all."""
+    await produce(t.cfg, t.orders, messages(events, partition))
+    await drain(t.cfg)
+
+
+async def _one_row_each(
+    t: Topics, db: asyncpg.Pool, *, quantity: int, buyers: int
+) -> tuple[int, list[OrderPlaced], dict[str, asyncpg.Record]]:
+    """A new item of ``quantity`` units and one order from each of ``buyers`` users, written:
+    the item, the orders, and their rows, one per order (asserted)."""
+    item = await make_item(db, quantity=quantity)
+    events = [order(item, user) for user in range(1, buyers + 1)]
+    await _written(t, events)
+    stored = await rows(db, item)
+    assert set(stored) == {e.order_id for e in events}
+    return item, events, stored
+
+
 def test_parse_splits_orders_from_dead_letters_and_tracks_offsets() -> None:
     good = order(1, 7)
     voucher = VoucherReserved("v1", "CODE", 7, 1000, 100, 0, 0)
@@ -85,14 +107,7 @@ def test_parse_splits_orders_from_dead_letters_and_tracks_offsets() -> None:
 
 
 async def test_every_order_becomes_exactly_one_row(t: Topics, db: asyncpg.Pool) -> None:
-    item = await make_item(db, quantity=500)
-    events = [order(item, user) for user in range(1, 201)]
-    await produce(t.cfg, t.orders, messages(events))
-
-    await drain(t.cfg)
-
-    stored = await rows(db, item)
-    assert set(stored) == {e.order_id for e in events}
+    item, events, stored = await _one_row_each(t, db, quantity=500, buyers=200)
     for e in events:
         row = stored[e.order_id]
         assert (row["user_id"], row["shard"], row["status"]) == (e.user_id, e.shard, "PENDING")
@@ -131,14 +146,7 @@ async def test_duplicates_and_a_replay_change_nothing(t: Topics, db: asyncpg.Poo
 
 
 async def test_more_orders_than_stock_fail_past_the_quantity(t: Topics, db: asyncpg.Pool) -> None:
-    item = await make_item(db, quantity=7)
-    events = [order(item, user) for user in range(1, 31)]
-    await produce(t.cfg, t.orders, messages(events))
-
-    await drain(t.cfg)
-
-    stored = await rows(db, item)
-    assert set(stored) == {e.order_id for e in events}
+    item, _, stored = await _one_row_each(t, db, quantity=7, buyers=30)
     pending = {i for i, r in stored.items() if r["status"] == "PENDING"}
     failed = {i for i, r in stored.items() if r["status"] == "FAILED"}
     assert len(pending) == 7 and len(failed) == 23
@@ -157,9 +165,7 @@ async def test_a_buyers_second_order_for_the_item_fails(t: Topics, db: asyncpg.P
     first, second = order(item, 42), order(item, 42)
     other_item = await make_item(db, quantity=10)
     elsewhere = order(other_item, 42)  # the same buyer may hold one order per item
-    await produce(t.cfg, t.orders, messages([first, second, elsewhere], lambda i: 0))
-
-    await drain(t.cfg)
+    await _written(t, [first, second, elsewhere], lambda i: 0)
 
     stored = await rows(db, item)
     assert stored[first.order_id]["status"] == "PENDING"
@@ -223,8 +229,7 @@ async def test_a_buyers_second_order_gives_its_unit_back_once(
     outbox = shard_keys(item, 0).outbox
     await redis.hset(outbox, mapping={won.order_id: encode(won), second.order_id: encode(second)})
     try:
-        await produce(t.cfg, t.orders, messages([won, second], lambda i: 0))
-        await drain(t.cfg)
+        await _written(t, [won, second], lambda i: 0)
 
         stored = await rows(db, item)
         assert stored[won.order_id]["status"] == "PENDING"
@@ -313,8 +318,7 @@ async def test_a_phantom_unit_is_sold_at_most_once_and_then_never_again(
     try:
         first = await _buy_all(router, item, range(1, 6))
         assert len(first) == 5
-        await produce(t.cfg, t.orders, messages(first))
-        await drain(t.cfg)
+        await _written(t, first)
         a = first[0]
         await _forget(redis, a)  # the failover: buyer A's reservation is gone from Redis
         assert sum(s.stock for s in await router.shard_states(item, PHANTOM_SHARDS)) == 1
@@ -325,8 +329,7 @@ async def test_a_phantom_unit_is_sold_at_most_once_and_then_never_again(
         for users in (range(6, 16), range(16, 26), range(26, 36)):
             sold_now = await _buy_all(router, item, users)
             rounds.append(sold_now)
-            await produce(t.cfg, t.orders, messages(sold_now))
-            await drain(t.cfg)
+            await _written(t, sold_now)
         assert [len(r) for r in rounds] == [1, 0, 0]  # no loop: the phantom is sold only once
 
         stored = await rows(db, item)
@@ -356,8 +359,7 @@ async def test_an_order_redis_forgot_before_it_was_stored_takes_its_unit_back(
         first = await _buy_all(router, item, range(1, 6))
         a = first[0]
         await _forget(redis, a)  # the failover comes before the writer stores A's order
-        await produce(t.cfg, t.orders, messages(first))
-        await drain(t.cfg)
+        await _written(t, first)
         # Storing A re-asserted its hold with its unit: nobody else can buy it.
         assert await _buy_all(router, item, range(6, 16)) == []
         assert await _buy(router, item, a.user_id) is None
