@@ -42,8 +42,10 @@ from gateway.responses import render
 _now = time.monotonic
 TICK_S = 0.001  # uvloop's timer resolution: a turn shorter than this is not told apart
 
-# The refusal, pre-rendered as ASGI messages (a server only reads them).
-_status, _headers, _body = render(Unavailable("OVERLOADED", retry_after=1))
+# The refusal, pre-rendered as ASGI messages (a server only reads them). The balancer's own
+# 503 is rendered from the same error (flashsale/fleet/haproxy.py).
+OVERLOADED = Unavailable("OVERLOADED", retry_after=1)
+_status, _headers, _body = render(OVERLOADED)
 OVERLOADED_START = {"type": "http.response.start", "status": _status, "headers": _headers}
 OVERLOADED_BODY = {"type": "http.response.body", "body": _body}
 

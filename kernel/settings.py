@@ -209,9 +209,9 @@ class Settings:
     # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
     # at once, and how long a queued one may wait (timeout queue). Measured: see
     # loadtest/bench/standalone/30-overload.md. edge_maxconn: client connections haproxy holds.
-    edge_server_maxconn: int = 32
+    edge_server_maxconn: int = 64
     edge_queue_per_server: int = 64
-    edge_queue_timeout_ms: int = 50
+    edge_queue_timeout_ms: int = 200
     edge_maxconn: int = 16000
 
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.

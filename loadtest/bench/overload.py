@@ -2,9 +2,15 @@
 maximum, open loop, on the reserve path and on the sold-out path, side by side with the same run
 at 0.5× and 1×.
 
-The gateway runs on core 0, the generator (loadtest/bench/phased.py, the open-loop generator
-with stepped rates) and the stack on core 1. The maximum of each path is its closed-loop req/s
-(wrk, as in the benchmark's closed section) unless given. Each run starts a fresh gateway (so
+The load goes to the entry point production uses (``--entry balancer``, the default): haproxy
+with the fleet's configuration (flashsale/fleet/haproxy.py) in front of the gateway, where a
+gateway is given ``edge_server_maxconn`` requests at once and the excess waits or is refused
+503 in haproxy; ``--entry gateway`` loads the process directly, as before. The gateway and haproxy
+run on core 0 (the server side, as in loadtest/bench/balancer.py: on core 1 haproxy waited
+behind the generator, which spins, and the stack), the generator (loadtest/bench/phased.py, the
+open-loop generator with stepped rates) and the stack on core 1. The maximum of each path is
+its closed-loop req/s (wrk, straight at the gateway, as in the benchmark's closed section)
+unless given. Each run starts a fresh gateway (so
 its peak RSS is the run's own): a warm-up at 0.5×, the measured phase, then 0.5× again to time
 the recovery: the seconds from the end of the overload until every 100 ms window is answered,
 all accepted, none slower than 3× the p99 at 0.5×. Prints a Markdown table per path.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -24,10 +31,13 @@ from typing import Any
 
 import httpx
 
+from flashsale.fleet import haproxy
+from flashsale.fleet.haproxy import Edge
 from kernel.settings import settings
-from loadtest.bench import phased
+from loadtest.bench import phased, servers
 from loadtest.bench.harness import Harness, Options, Served
 from loadtest.bench.sale import Item, purchase
+from loadtest.bench.servers import free_port, pinned
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens
 
@@ -77,6 +87,24 @@ def gateway_counts(base: str) -> dict[str, float]:
     return {name: float(value) for name, value in re.findall(pattern, text, re.M)}
 
 
+@contextlib.contextmanager
+def entry(
+    h: Harness, served: Served, edge: Edge | None
+) -> Iterator[tuple[str, haproxy.Balancer | None]]:
+    """Where the load goes: (base URL, the balancer or None). ``edge`` None: the gateway
+    itself; else haproxy in front of it, pinned to the server core with it."""
+    if edge is None:
+        yield served.base, None
+        return
+    port = free_port(set(h.ports.values()))
+    workdir = h.workdir / f"haproxy-{port}"
+    gateway = served.base.removeprefix("http://")
+    prefix = pinned(h.opts.server_core, [])
+    log = h.log_dir / "haproxy.log"
+    with haproxy.serving(gateway, port, workdir, edge, prefix, log) as balancer:
+        yield balancer.base, balancer
+
+
 class Overload:
     def __init__(self, h: Harness, seconds: float, connections: int) -> None:
         self.h = h
@@ -84,7 +112,12 @@ class Overload:
         self.connections = connections
 
     def run(
-        self, path: str, maximum: float, multiple: float, baseline_p99: float | None
+        self,
+        path: str,
+        maximum: float,
+        multiple: float,
+        baseline_p99: float | None,
+        edge: Edge | None,
     ) -> dict[str, Any]:
         h, s = self.h, self.h.bench_sale
         assert s is not None, "set_up_sale() first"
@@ -96,11 +129,12 @@ class Overload:
         ]
         item = s.gateway if path == "reserve" else s.sold_out
         token_file = self._tokens(phases) if path == "reserve" else None
-        with h.server("gateway") as served:
+        with h.server("gateway") as served, entry(h, served, edge) as (base, balancer):
             if path == "sold_out":
                 self._flag(served, item)
+            cpu = [servers.cpu_seconds(p) for p in (served.pid, balancer.pid if balancer else 0)]
             result = phased.measure(
-                served.base + item.path,
+                base + item.path,
                 phases,
                 accepted=ACCEPTED[path],
                 connections=self.connections,
@@ -108,7 +142,12 @@ class Overload:
                 tokens=token_file,
                 timeout_s=sum(p.seconds for p in phases) + 120,
             )
+            result["cpu_s"] = {"gateway": servers.cpu_seconds(served.pid) - cpu[0]}
+            if balancer:
+                result["cpu_s"]["haproxy"] = servers.cpu_seconds(balancer.pid) - cpu[1]
             result["peak_rss_mb"] = peak_rss_mb(served.pid)
+            result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
+            result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None
             result["gateway"] = gateway_counts(served.base)
         if path == "reserve":
             assert h.shards is not None
@@ -119,7 +158,8 @@ class Overload:
         return result
 
     def _tokens(self, phases: Sequence[phased.Phase]) -> Path:
-        count = int(sum(p.rate * p.seconds for p in phases)) + 1
+        # The generator reads its phases back from "%g" text: a few more than the floats say.
+        count = int(sum(p.rate * p.seconds for p in phases)) + 1000
         return tokens.write(
             self.h.cfg, self.h.workdir / "overload.tokens", self.h.buyers.take(count)
         )
@@ -150,23 +190,26 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
     lines = [
         f"### {path.replace('_', '-')} path (maximum {maximum:,.0f} req/s, closed loop)",
         "",
-        "| offered | admission | goodput req/s | ÷ max | accepted p99 ms | ÷ p99 at 0.5× "
-        "| refused req/s | refusal p99 ms | unanswered or other | peak RSS MB | recovery s "
-        "| generator lag p99 ms |",
+        "| offered | entry, admission | goodput req/s | ÷ max | accepted p99 ms | ÷ p99 at 0.5× "
+        "| refused req/s | refusal p99 ms | unanswered or other | peak RSS MB (gateway / haproxy) "
+        "| recovery s | generator lag p99 ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     base = next(
-        (r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5 and r["admission"] == "on"), None
-    )
+        (r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5), None
+    )  # the first 0.5× run: the entry's, admission on
     for r in rows:
         ratio = f"{r['ok_p99_ms'] / base:.2f}×" if base else "-"
         recovery = f"{r['recovery_s']:.1f}" if r["recovery_s"] is not None else "not within 4 s"
         offered = f"{r['multiple']:g}× ({r['offered_rps']:,.0f}/s)"
+        rss = f"{r['peak_rss_mb']:.0f}"
+        if r.get("balancer_rss_mb") is not None:
+            rss += f" / {r['balancer_rss_mb']:.0f}"
         lines.append(
-            f"| {offered} | {r['admission']} | {r['goodput_rps']:,.0f} "
+            f"| {offered} | {r['run']} | {r['goodput_rps']:,.0f} "
             f"| {r['goodput_rps'] / maximum:.2f} | {r['ok_p99_ms']:,.1f} | {ratio} "
             f"| {r['refused_rps']:,.0f} | {r['refused_p99_ms']:,.1f} "
-            f"| {r['counts']['other'] + r['unanswered']:,} | {r['peak_rss_mb']:.0f} "
+            f"| {r['counts']['other'] + r['unanswered']:,} | {rss} "
             f"| {recovery} | {r['dispatch_lag_p99_ms']:.1f} |"
         )
     return "\n".join(lines)
@@ -184,8 +227,43 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     # the server never saw the overload it was meant to shed.
     p.add_argument("--connections", type=int, default=2048)
     p.add_argument("--target-ms", type=float, help="admission target (default: the setting's)")
-    p.add_argument("--without-admission", default="2", help="multiples also run with admission off")
+    p.add_argument(
+        "--without-admission",
+        default="",
+        help="multiples also run with the gateway's admission off",
+    )
+    p.add_argument(
+        "--entry", choices=("balancer", "gateway"), default="balancer",
+        help="load haproxy in front of the gateway (production's entry point) or the gateway",
+    )  # fmt: skip
+    p.add_argument(
+        "--direct", default="2", help="multiples also run straight at the gateway, side by side"
+    )
+    p.add_argument(
+        "--server-maxconn", default="", help="haproxy's per-gateway maxconn; a list: a row each"
+    )
+    p.add_argument("--queue-per-server", type=int, help="queued per gateway before a 503")
+    p.add_argument("--queue-ms", type=int, help="haproxy's timeout queue")
     return p.parse_args(argv)
+
+
+def edges_of(args: argparse.Namespace) -> list[Edge | None]:
+    """The balancer's limits: the settings', with any the command line gives on top (one
+    per ``--server-maxconn`` value); [None] for the gateway itself."""
+    if args.entry != "balancer":
+        return [None]
+    given = {"queue_per_server": args.queue_per_server, "queue_timeout_ms": args.queue_ms}
+    edge = dataclasses.replace(
+        Edge.of(settings()), **{k: v for k, v in given.items() if v is not None}
+    )
+    maxconns = [int(m) for m in args.server_maxconn.split(",") if m]
+    return [dataclasses.replace(edge, server_maxconn=m) for m in maxconns] or [edge]
+
+
+def run_label(edge: Edge | None, admission: str) -> str:
+    if edge is None:
+        return f"gateway, {admission}"
+    return f"balancer maxconn {edge.server_maxconn}, {admission}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -201,28 +279,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     paths = [p for p in args.paths.split(",") if p]
     multiples = [float(m) for m in args.multiples.split(",") if m]
     off = [float(m) for m in args.without_admission.split(",") if m]
+    direct = [float(m) for m in args.direct.split(",") if m] if args.entry == "balancer" else []
     with tempfile.TemporaryDirectory(prefix="overload-") as workdir:
         h = Harness(cfg, opts, Path(workdir), log_dir)
         try:
             h.set_up_sale()
             given = {"reserve": args.reserve_max, "sold_out": args.soldout_max}
             top = maxima(h, {p: given[p] for p in paths})
+            edges = edges_of(args)
+            print(f"entry: {edges}", flush=True)
             bench = Overload(h, args.seconds, args.connections)
             tables = []
             on = {"FLASHSALE_ADMISSION_TARGET_MS": str(args.target_ms)} if args.target_ms else {}
+            runs = [(m, e, run_label(e, "on"), on) for m in multiples for e in edges]
+            runs += [(m, e, run_label(e, "off"), ADMISSION_OFF) for m in off for e in edges]
+            runs += [(m, None, run_label(None, "on"), on) for m in direct]
+            runs.sort(key=lambda run: run[0])  # each multiple's runs back to back: side by side
             for path in paths:
                 rows: list[dict[str, Any]] = []
-                runs = [(m, "on") for m in multiples] + [(m, "off") for m in off]
-                for multiple, admission in runs:
-                    env = on if admission == "on" else ADMISSION_OFF
+                for multiple, run_edge, label, env in runs:
                     base_p99 = next((r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5), None)
                     with environ(env):
-                        row = bench.run(path, top[path], multiple, base_p99)
-                    row["admission"] = admission
+                        row = bench.run(path, top[path], multiple, base_p99, run_edge)
+                    row["run"] = label
                     rows.append(row)
-                    print(
-                        f"  {path} {multiple:g}× admission {admission}: {_brief(row)}", flush=True
-                    )
+                    print(f"  {path} {multiple:g}× {label}: {_brief(row)}", flush=True)
                 tables.append(table(path, top[path], rows))
                 (REPORTS_DIR / f"overload-{path}.json").write_text(_json(rows))
             print("\n\n".join(tables))
@@ -234,8 +315,13 @@ def _brief(r: dict[str, Any]) -> str:
     return (
         f"goodput {r['goodput_rps']:,.0f}/s, accepted p99 {r['ok_p99_ms']:.1f} ms, "
         f"refused {r['refused_rps']:,.0f}/s p99 {r['refused_p99_ms']:.1f} ms, "
-        f"rss {r['peak_rss_mb']:.0f} MB, recovery {r['recovery_s']}, statuses {r['statuses']}"
+        f"rss {r['peak_rss_mb']:.0f} MB, recovery {r['recovery_s']}, statuses {r['statuses']}, "
+        f"balancer {r['balancer']}, admission {_refusals(r['gateway'])}"
     )
+
+
+def _refusals(counts: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in counts.items() if k.startswith("admission")}
 
 
 def _json(rows: list[dict[str, Any]]) -> str:

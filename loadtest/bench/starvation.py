@@ -1,8 +1,11 @@
 """``python -m loadtest.bench.starvation``: a steady open-loop purchase load on one gateway
 process, without and then with a connection-starvation attack (loadtest/bench/attack.py: silent
-and slowloris sockets, each reopened as soon as the gateway closes it), side by side.
+and slowloris sockets, each reopened as soon as the entry point closes it), side by side.
 
-The gateway runs on core 0; the load, the attacker and the stack on core 1. Prints a Markdown
+Both go to the entry point production uses (``--entry balancer``, the default): haproxy with
+the fleet's configuration in front of the gateway (loadtest/bench/overload.py's ``entry``), so
+the attack meets haproxy's timeouts; ``--entry gateway`` attacks the process itself. The gateway
+and haproxy run on core 0; the load, the attacker and the stack on core 1. Prints a Markdown
 table: the purchase latency of the same load with and without the attack, and what the
 attacker saw (sockets opened, closed by the gateway, how long they lived).
 """
@@ -19,10 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from flashsale.fleet.haproxy import Edge
+from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import settings
 from loadtest.bench import attack
 from loadtest.bench.harness import Harness, Options
-from loadtest.bench.overload import peak_rss_mb
+from loadtest.bench.overload import entry, peak_rss_mb
 from loadtest.bench.servers import pinned
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens
@@ -30,15 +35,17 @@ from loadtest.generators import openloop, tokens
 SETTLE_S = 4.0  # the attack's sockets all open, the first ones already closed and reopened
 
 
-def run(h: Harness, rate: float, seconds: float, silent: int, slowloris: int) -> dict[str, Any]:
+def run(
+    h: Harness, rate: float, seconds: float, silent: int, slowloris: int, edge: Edge | None
+) -> dict[str, Any]:
     s = h.bench_sale
     assert s is not None, "set_up_sale() first"
     count = int(rate * (seconds + 1)) + 1
     token_file = tokens.write(h.cfg, h.workdir / "starvation.tokens", h.buyers.take(count))
-    with h.server("gateway") as served:
+    with h.server("gateway") as served, entry(h, served, edge) as (base, balancer):
         attacker = None
         if silent or slowloris:
-            port = served.base.rsplit(":", 1)[1]
+            port = base.rsplit(":", 1)[1]
             argv = [sys.executable, "-m", "loadtest.bench.attack", "127.0.0.1", port]
             argv += ["--silent", str(silent), "--slowloris", str(slowloris)]
             argv += ["--seconds", str(SETTLE_S + seconds + 6)]
@@ -47,7 +54,7 @@ def run(h: Harness, rate: float, seconds: float, silent: int, slowloris: int) ->
             time.sleep(SETTLE_S)
         try:
             result = openloop.measure(
-                served.base + s.gateway.path,
+                base + s.gateway.path,
                 rate=rate,
                 duration_s=seconds,
                 warmup_s=1.0,
@@ -57,6 +64,7 @@ def run(h: Harness, rate: float, seconds: float, silent: int, slowloris: int) ->
                 timeout_s=seconds + 120,
             )
             result["peak_rss_mb"] = peak_rss_mb(served.pid)
+            result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             if attacker is not None:
                 out, _ = attacker.communicate(timeout=seconds + 60)
                 result["attack"] = json.loads(out.split(attack.SUMMARY_PREFIX, 1)[1])
@@ -71,7 +79,8 @@ def run(h: Harness, rate: float, seconds: float, silent: int, slowloris: int) ->
 def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> str:
     lines = [
         f"| reserve load {rate:,.0f}/s | answered/s | p50 ms | p99 ms | p99.9 ms | max ms "
-        "| statuses | peak RSS MB | attack sockets opened / closed by the gateway "
+        "| statuses | peak RSS MB (gateway / haproxy) "
+        "| attack sockets opened / closed by the entry point "
         "| socket lifetime p50 / p99 s (attacker's clock) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -79,10 +88,13 @@ def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> str:
         a = r.get("attack")
         opened = f"{a['opened']:,} / {a['closed_by_server']:,}" if a else "-"
         lived = f"{a['lifetime_p50_s']:.1f} / {a['lifetime_p99_s']:.1f}" if a else "-"
+        rss = f"{r['peak_rss_mb']:.0f}"
+        if r.get("balancer_rss_mb") is not None:
+            rss += f" / {r['balancer_rss_mb']:.0f}"
         lines.append(
             f"| {name} | {r['achieved_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
             f"| {r['p999_ms']:.1f} | {r['max_ms']:.1f} | {r['statuses']} "
-            f"| {r['peak_rss_mb']:.0f} | {opened} | {lived} |"
+            f"| {rss} | {opened} | {lived} |"
         )
     return "\n".join(lines)
 
@@ -93,8 +105,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--silent", type=int, default=10_000)
     p.add_argument("--slowloris", type=int, default=1_000)
+    p.add_argument(
+        "--entry", choices=("balancer", "gateway"), default="balancer",
+        help="haproxy in front of the gateway (production's entry point) or the gateway itself",
+    )  # fmt: skip
     args = p.parse_args(argv)
-    attack.raise_fd_limit(args.silent + args.slowloris + 1024)
+    edge = Edge.of(settings()) if args.entry == "balancer" else None
+    raise_open_files_limit(args.silent + args.slowloris + 1024)
     cfg = settings()
     tokens.check(cfg)
     opts = Options(
@@ -108,10 +125,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             h.set_up_sale()
             rows = [
-                ("without the attack", run(h, args.rate, args.seconds, 0, 0)),
+                ("without the attack", run(h, args.rate, args.seconds, 0, 0, edge)),
                 (
                     f"with {args.silent:,} silent + {args.slowloris:,} slowloris sockets",
-                    run(h, args.rate, args.seconds, args.silent, args.slowloris),
+                    run(h, args.rate, args.seconds, args.silent, args.slowloris, edge),
                 ),
             ]
         finally:

@@ -1,0 +1,227 @@
+"""The balancer as the edge (issue 12), with a real haproxy rendered by flashsale/fleet/haproxy.py
+in front of a backend that answers when the test lets it: its overload 503 is the gateway's
+admission refusal byte for byte, and silent, slowloris and idle connections are cut by haproxy
+within its timeouts while a buyer is still answered."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pytest
+
+from flashsale.fleet import haproxy
+from flashsale.fleet.haproxy import Balancer, Edge
+from gateway.admission import OVERLOADED
+from gateway.responses import render
+from kernel.settings import settings
+
+pytestmark = [pytest.mark.slow]
+
+HEAD_TIMEOUT_S = 2.0  # the template's timeout http-request
+KEEPALIVE_S = 1.0  # its timeout http-keep-alive
+SLACK_S = 1.0  # haproxy's timer wheel and a shared 2-core box
+
+
+class Backend(ThreadingHTTPServer):
+    """/readyz answers at once; a POST waits until the test releases it."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.release = threading.Event()
+        self.started = threading.Semaphore(0)  # one per POST the backend got
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # haproxy closing a check's or a released request's connection first
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.server_address[1]}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: Backend
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._answer(b"{}")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self.server.started.release()
+        self.server.release.wait(10)
+        self._answer(b'{"orderId":1,"status":"PENDING"}', 202)
+
+    def _answer(self, body: bytes, status: int = 200) -> None:
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+
+@dataclass
+class Edged:
+    backend: Backend
+    balancer: Balancer
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def backend() -> Iterator[Backend]:
+    server = Backend()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.release.set()
+        server.shutdown()
+        server.server_close()
+
+
+def _edge(backend: Backend, tmp_path: Path, edge: Edge | None) -> Iterator[Edged]:
+    if not shutil.which("haproxy"):
+        pytest.fail("haproxy is missing: scripts/bootstrap installs it")
+    log = tmp_path / "haproxy.log"
+    with haproxy.serving(backend.address, _free_port(), tmp_path, edge, log=log) as balancer:
+        yield Edged(backend, balancer)
+
+
+@pytest.fixture
+def tight(backend: Backend, tmp_path: Path) -> Iterator[Edged]:
+    """One request at a time to the backend, one may queue (300 ms), the next is refused."""
+    yield from _edge(backend, tmp_path, Edge(1, 1, 300, 1000))
+
+
+@pytest.fixture
+def production(backend: Backend, tmp_path: Path) -> Iterator[Edged]:
+    """The edge as Settings configure it."""
+    yield from _edge(backend, tmp_path, None)
+
+
+def _post(base: str) -> tuple[httpx.Response, float]:
+    with httpx.Client(base_url=base, timeout=10) as client:  # its setup outside the clock
+        started = time.monotonic()
+        answer = client.post("/api/flash-sales/items/1/purchase")
+        return answer, time.monotonic() - started
+
+
+def _is_the_gateways_refusal(answer: httpx.Response) -> None:
+    """The gateway's admission refusal (gateway/admission.py's messages are this render)."""
+    status, headers, body = render(OVERLOADED)
+    assert answer.status_code == status == 503
+    assert answer.content == body
+    for name, value in headers:
+        assert answer.headers[name.decode()] == value.decode(), name
+
+
+def test_overload_is_refused_like_the_gateway_refuses_it(tight: Edged) -> None:
+    base = tight.balancer.base
+    with ThreadPoolExecutor(2) as pool:
+        held: Future[tuple[httpx.Response, float]] = pool.submit(_post, base)
+        assert tight.backend.started.acquire(timeout=5), "the first request never reached it"
+        queued = pool.submit(_post, base)
+        time.sleep(0.1)  # in haproxy's queue by now: the backend holds its only slot
+        refused, took = _post(base)  # the queue is full: refused at once
+        _is_the_gateways_refusal(refused)
+        assert took < 0.1, f"the full-queue refusal took {took * 1000:.0f} ms"
+        timed_out, waited = queued.result(timeout=5)  # its 300 ms in the queue ran out
+        _is_the_gateways_refusal(timed_out)
+        assert 0.25 <= waited < 0.3 + SLACK_S, waited
+        tight.backend.release.set()
+        first, _ = held.result(timeout=5)
+    assert first.status_code == 202  # admitted work is never dropped
+    assert not tight.backend.started.acquire(timeout=0.2), "a refused request reached it"
+
+
+def _closed_after(conn: socket.socket, drip: bytes = b"", every_s: float = 0.25) -> float:
+    """Seconds until the server closes ``conn`` (after any answer it sends), dripping ``drip``
+    a byte every ``every_s`` meanwhile."""
+    started = time.monotonic()
+    conn.settimeout(every_s)
+    sent = 0
+    while time.monotonic() - started < HEAD_TIMEOUT_S + 5:
+        if sent < len(drip):
+            conn.sendall(drip[sent : sent + 1])
+            sent += 1
+        try:
+            if not conn.recv(4096):
+                return time.monotonic() - started
+        except TimeoutError:
+            continue
+        except ConnectionResetError:
+            return time.monotonic() - started
+    raise AssertionError("never closed")
+
+
+def _connect(balancer: Balancer) -> socket.socket:
+    port = int(balancer.base.rsplit(":", 1)[1])
+    return socket.create_connection(("127.0.0.1", port), timeout=5)
+
+
+def test_a_silent_connection_is_cut_by_the_balancer(production: Edged) -> None:
+    with _connect(production.balancer) as conn:
+        lived = _closed_after(conn)
+    assert HEAD_TIMEOUT_S - 0.2 <= lived < HEAD_TIMEOUT_S + SLACK_S, lived
+
+
+def test_a_slowloris_head_is_cut_by_the_balancer(production: Edged) -> None:
+    # One byte every 250 ms: a timer restarted by each byte would never fire.
+    head = b"POST /api/flash-sales/items/1/purchase HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 64
+    with _connect(production.balancer) as conn:
+        lived = _closed_after(conn, head)
+    assert HEAD_TIMEOUT_S - 0.2 <= lived < HEAD_TIMEOUT_S + SLACK_S, lived
+
+
+def test_a_slow_body_is_cut_by_the_balancer_and_never_reaches_a_gateway(
+    production: Edged,
+) -> None:
+    """A gateway is given a few requests at once (maxconn): a trickled body must not take one."""
+    head = b"POST /api/flash-sales/items/1/purchase HTTP/1.1\r\nHost: x\r\n"
+    head += b"Content-Length: 64\r\n\r\n"
+    with _connect(production.balancer) as conn:
+        conn.sendall(head)
+        lived = _closed_after(conn, b"{" * 64)
+    assert HEAD_TIMEOUT_S - 0.2 <= lived < HEAD_TIMEOUT_S + SLACK_S, lived
+    assert not production.backend.started.acquire(timeout=0.2), "the slow body reached it"
+
+
+def test_an_idle_keep_alive_connection_is_cut_by_the_balancer(production: Edged) -> None:
+    with _connect(production.balancer) as conn:
+        conn.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        conn.settimeout(5)
+        assert conn.recv(4096).startswith(b"HTTP/1.1 200")
+        lived = _closed_after(conn)
+    assert KEEPALIVE_S - 0.2 <= lived < KEEPALIVE_S + SLACK_S, lived
+
+
+def test_a_buyer_is_answered_past_silent_sockets(production: Edged) -> None:
+    """More silent sockets than a default granian worker's connection permits (4,096)."""
+    assert settings().edge_maxconn > 4500
+    production.backend.release.set()
+    held = [_connect(production.balancer) for _ in range(4500)]
+    try:
+        answer, took = _post(production.balancer.base)
+        assert answer.status_code == 202
+        assert took < 1.0, took
+    finally:
+        for conn in held:
+            conn.close()
