@@ -2,9 +2,10 @@
 
 ``soldout:<item>`` on the stock-event channel adds the item's purchase path to the map, and
 ``restock:<item>`` deletes it, through haproxy's runtime API. A lost message cannot leave a
-stale entry: every ``fleet_resync_ms`` each entry is re-checked against the shards' stock, and
-one not confirmed empty for a flag TTL (``sold_out_flag_ttl_ms``, Redis unreachable) goes too,
-the bound a gateway's own flag has.
+stale entry: every ``fleet_resync_ms`` each entry is re-checked against the shards' stock (stock
+back: it goes), and one not confirmed empty for a flag TTL (``sold_out_flag_ttl_ms``, Redis
+unreachable) goes at that TTL, the bound a gateway's own flag has. A re-check only ever extends
+or removes an entry, never adds one: a restock that cleared it meanwhile stays cleared.
 """
 
 from __future__ import annotations
@@ -53,6 +54,17 @@ class BalancerMap:
         if not known:  # `add map` on a present key would add a duplicate entry
             await self._command(f"add map {self.map_path} {purchase_path(item_id)} 1")
 
+    def extend(self, item_id: int, checked_at: float) -> None:
+        """Still empty as of ``checked_at``: a flag still set lives on. Never adds one: a
+        restock may have cleared it while the check ran, and its stale reading must not
+        bring the flag back."""
+        if item_id in self.confirmed:
+            self.confirmed[item_id] = max(self.confirmed[item_id], checked_at)
+
+    def next_expiry(self, ttl_s: float) -> float | None:
+        """When the oldest confirmation runs out (monotonic), if any flag is set."""
+        return min(self.confirmed.values()) + ttl_s if self.confirmed else None
+
     async def clear(self, item_id: int) -> None:
         if self.confirmed.pop(item_id, None) is not None:
             await self._command(f"del map {self.map_path} {purchase_path(item_id)}")
@@ -94,22 +106,34 @@ async def resync(
     catalog: ItemCatalog,
     stop: asyncio.Event,
 ) -> None:
+    """Every ``fleet_resync_ms``, and also when a flag's confirmation is about to run out: a
+    flag Redis cannot confirm goes exactly a TTL after its last confirmation, as a gateway's
+    own flag expires, not up to a resync period later."""
     ttl_s = cfg.sold_out_flag_ttl_ms / 1000
     while not stop.is_set():
         for item_id in list(flags.confirmed):
+            confirmed, checked_at = flags.confirmed.get(item_id), time.monotonic()
+            if confirmed is None:  # a restock cleared it meanwhile
+                continue
+            if checked_at - confirmed >= ttl_s:  # unconfirmed for a TTL (Redis unreachable)
+                await flags.clear(item_id)
+                continue
             try:
                 item = await catalog.get(item_id)
                 left = None if item is None else await router.units_left(item.id, item.shards)
-            except Exception:  # noqa: BLE001 - unknown: the TTL below decides
-                left = -1
+            except Exception as exc:  # noqa: BLE001 - unknown: the TTL decides, next round
+                log.debug("re-check of item %s failed (%s)", item_id, exc)
+                continue
             if left == 0:
-                await flags.mark(item_id)
-            elif left is None or left > 0:
+                flags.extend(item_id, checked_at)
+            else:  # stock back, or no such item
                 await flags.clear(item_id)
-            elif time.monotonic() - flags.confirmed[item_id] > ttl_s:
-                await flags.clear(item_id)
+        wait_s = cfg.fleet_resync_ms / 1000
+        expiry = flags.next_expiry(ttl_s)
+        if expiry is not None:
+            wait_s = min(wait_s, max(0.01, expiry - time.monotonic()))
         try:
-            await asyncio.wait_for(stop.wait(), cfg.fleet_resync_ms / 1000)
+            await asyncio.wait_for(stop.wait(), wait_s)
         except TimeoutError:
             pass
 

@@ -1,15 +1,19 @@
 """``fleet up|down|status``: gateway hosts in namespaces, haproxy in front, the sold-out agent.
 
-Everything started is recorded as a PID file under ``<state>/fleet/pids`` (flashsale/stack's
-``Managed``), so ``down`` stops exactly that; the network is found by its ``fsf`` names.
+Everything started is recorded as a PID file under ``paths(cfg).root / "pids"`` (flashsale/stack's
+``Managed``), so ``down`` stops exactly that; the network is found by the fleet's name
+(``fleet_name``): fleets of other names are left alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +30,35 @@ from flashsale.stack.processes import (
 from kernel.settings import PREFIX, Settings
 
 READY_TIMEOUT_S = 60.0
+PRIVATE_SLOTS = 9
+
+
+@contextmanager
+def private(cfg: Settings, prefix: str) -> Iterator[Settings]:
+    """Settings for a fleet of one's own (a test's, a benchmark's): the first free slot k of
+    ``PRIVATE_SLOTS`` gives the name ``<prefix><k>``, subnet 10.78.<k>.0/24 and balancer port
+    18500 + 10k, held by a lock file while the block runs, so runs beside each other (and the
+    default fleet, 10.77.0.0/24 on 18500) never meet. The lock is the slot's, whatever the
+    prefix: the subnet and the port are. A slot's leftovers (a run killed mid-way) under this
+    prefix are removed by its next holder."""
+    locks = cfg.state_dir / "fleet-slots"
+    locks.mkdir(parents=True, exist_ok=True)
+    for k in range(1, PRIVATE_SLOTS + 1):
+        with open(locks / f"slot{k}.lock", "w") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue
+            mine = dataclasses.replace(
+                cfg,
+                fleet_name=f"{prefix}{k}",
+                fleet_subnet=f"10.78.{k}.0/24",
+                fleet_balancer_port=18500 + 10 * k,
+            )
+            down(mine)
+            yield mine
+            return
+    raise StackError(f"all {PRIVATE_SLOTS} private fleet slots are in use")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +87,9 @@ class Paths:
 
 
 def paths(cfg: Settings) -> Paths:
-    return Paths(cfg.state_dir / "fleet")
+    """The default fleet's files are in <state>/fleet, another name's in <state>/fleet-<name>."""
+    name = namespaces.name(cfg)
+    return Paths(cfg.state_dir / ("fleet" if name == namespaces.DEFAULT_NAME else f"fleet-{name}"))
 
 
 def gateway(cfg: Settings, host: Host) -> Managed:
@@ -102,9 +137,17 @@ def _gateway_env(cfg: Settings, host: Host, extra: Mapping[str, str]) -> dict[st
     return {PREFIX + "ENV": "local", **os.environ, **values, **extra}
 
 
-def up(cfg: Settings, gateways: int, extra_env: Mapping[str, str] | None = None) -> list[Host]:
-    if namespaces.leftovers() or any(m.pid() for m in _managed(cfg)):
+def up(
+    cfg: Settings,
+    gateways: int,
+    extra_env: Mapping[str, str] | None = None,
+    cores: str | None = None,
+) -> list[Host]:
+    """``cores`` (a taskset list): every process of the fleet runs there (a benchmark's)."""
+    if namespaces.leftovers(cfg) or any(m.pid() for m in _managed(cfg)):
         raise StackError("the fleet is up already (or left over): `flashsale fleet down` first")
+    if port_open(f"127.0.0.1:{cfg.fleet_balancer_port}"):
+        raise StackError(f"port {cfg.fleet_balancer_port} is taken: another fleet's balancer?")
     root = paths(cfg)
     root.root.mkdir(parents=True, exist_ok=True)
     hosts = namespaces.hosts(cfg, gateways)
@@ -113,21 +156,22 @@ def up(cfg: Settings, gateways: int, extra_env: Mapping[str, str] | None = None)
         namespaces.create_bridge(cfg)
         for host in hosts:
             namespaces.create_host(cfg, host)
+        pin = ["taskset", "-c", cores] if cores else []
         for host in hosts:
-            argv = ["ip", "netns", "exec", host.netns, sys.executable, "-m", "gateway"]
+            argv = ["ip", "netns", "exec", host.netns, *pin, sys.executable, "-m", "gateway"]
             env = _gateway_env(cfg, host, extra_env or {})
             gateway(cfg, host).start(argv, marker="-m gateway", env=env)
         for host in hosts:
             _wait(gateway(cfg, host), http_ready(f"{gateway_url(cfg, host)}/readyz"), host.netns)
-        _start_balancer(cfg, hosts)
-        _start_agent(cfg)
+        _start_balancer(cfg, hosts, pin)
+        _start_agent(cfg, extra_env or {}, pin)
     except BaseException:
         down(cfg)
         raise
     return hosts
 
 
-def _start_balancer(cfg: Settings, hosts: list[Host]) -> None:
+def _start_balancer(cfg: Settings, hosts: list[Host], pin: list[str]) -> None:
     root = paths(cfg)
     root.soldout_map.write_text("")
     text = haproxy.render(
@@ -140,7 +184,7 @@ def _start_balancer(cfg: Settings, hosts: list[Host]) -> None:
     )
     root.config.write_text(text)
     managed = balancer(cfg)
-    managed.start(["haproxy", "-db", "-f", str(root.config)], marker="haproxy")
+    managed.start([*pin, "haproxy", "-db", "-f", str(root.config)], marker="haproxy")
 
     def all_up() -> bool:
         states = haproxy.server_states(root.socket)
@@ -151,13 +195,15 @@ def _start_balancer(cfg: Settings, hosts: list[Host]) -> None:
     _wait(managed, all_up, "haproxy")
 
 
-def _start_agent(cfg: Settings) -> None:
+def _start_agent(cfg: Settings, extra: Mapping[str, str], pin: list[str]) -> None:
+    """The agent reads the settings the gateways got (its flag bound is theirs)."""
     root = paths(cfg)
     root.agent_ready.unlink(missing_ok=True)
     managed = agent(cfg)
-    argv = [sys.executable, "-m", "flashsale.fleet.agent"]
+    argv = [*pin, sys.executable, "-m", "flashsale.fleet.agent"]
     argv += [str(root.socket), str(root.soldout_map), str(root.agent_ready)]
-    managed.start(argv, marker="flashsale.fleet.agent", env={PREFIX + "ENV": "local", **os.environ})
+    env = {PREFIX + "ENV": "local", **os.environ, **extra}
+    managed.start(argv, marker="flashsale.fleet.agent", env=env)
     _wait(managed, root.agent_ready.exists, "sold-out agent")
 
 
@@ -188,7 +234,7 @@ def _managed(cfg: Settings) -> list[Managed]:
 def down(cfg: Settings) -> list[str]:
     """Stop what up started (agent, balancer, gateways: by PID file), then delete the network."""
     stopped = [m.name for m in _managed(cfg) if m.stop(timeout=15.0)]
-    namespaces.remove_all()
+    namespaces.remove_all(cfg)
     paths(cfg).hosts_file.unlink(missing_ok=True)
     return stopped
 

@@ -23,13 +23,22 @@ be tested on its own (``tests/loadtest/test_planner.py``) and read in one sittin
    partition at most).
 5. Load generators. Workers = ceil(rps ÷ (one worker's measured req/s × headroom)), each on a
    core of its own, plus one master.
+6. Balancer tier (when measured: ``python -m loadtest.bench.balancer``). The balancer answers
+   every sold-out request from its map, at ``answer_us`` of its CPU each, and forwards the rest
+   at ``forward_us`` each; balancer cores = ceil(that ÷ headroom). The gateways then see only
+   the reserve path: gateway cores busy = reserve req/s × ``reserve_us``, at the utilisation
+   whose predicted p99 of the mix (the balancer's own 410 latency for the sold-out share) meets
+   the target, or at the headroom, the p99 not checked, when that latency was not measured
+   (or only with a generator that lagged). The edge is both together; step 2 is the fleet
+   without a balancer tier.
+   Redis, writers and load generators are as above; a figure never measured is said so.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 
 HEADROOM = 0.7
 Latency = dict[float, float]  # percentile (50, 90, 99, 99.9; 100 = max) -> ms
@@ -53,19 +62,46 @@ class Target:
 
 
 @dataclass(frozen=True, slots=True)
+class BalancerFigures:
+    answer_us: Measured  # the balancer's CPU µs per sold-out answered from its map
+    forward_us: Measured  # its CPU µs per request it forwards to a gateway
+    latency: dict[float, Latency] = field(default_factory=dict)  # its own 410s, open loop
+    latency_source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Figures:
     soldout_us: Measured
     reserve_us: Measured
     soldout_latency: dict[float, Latency]  # fraction of one process's maximum -> percentiles
     reserve_latency: dict[float, Latency]
-    redis_ops: Measured  # one Redis core, reserve script, pipelined
-    writer_rate: Measured  # one writer, orders/s at batch 1,000
-    loadgen_rps: Measured  # one load-generator worker on one core
+    # None: never measured (the plan says so and sizes the rest).
+    redis_ops: Measured | None  # one Redis core, reserve script, pipelined
+    writer_rate: Measured | None  # one writer, orders/s at batch 1,000
+    loadgen_rps: Measured | None  # one load-generator worker on one core
     latency_source: str = ""
     other_loadgen: Measured | None = None  # another generator's per-process rate, for comparison
     # Gateway CPU µs per request in the open-loop runs: fraction of one process's maximum -> µs.
     soldout_us_at: dict[float, float] = field(default_factory=dict)
     reserve_us_at: dict[float, float] = field(default_factory=dict)
+    balancer: BalancerFigures | None = None
+
+
+@dataclass
+class Tier:
+    """The edge with a balancer tier: balancers answer sold out, gateways the reserve path."""
+
+    balancer_cores_busy: float = 0.0
+    balancer_cores: int = 0
+    gateway_cores_busy: float = 0.0
+    gateway_utilisation: float = 0.0
+    gateway_processes: int = 0
+    predicted_p99_ms: float | None = None
+    p99_met: bool = True
+
+    @property
+    def edge_cores(self) -> int:
+        return self.balancer_cores + self.gateway_processes
 
 
 @dataclass
@@ -80,6 +116,8 @@ class Fleet:
     writers: int = 0
     kafka_partitions: int = 0
     loadgen_workers: int = 0
+    tier: Tier | None = None  # with a balancer tier, when its costs were measured
+    missing: list[str] = field(default_factory=list)  # parts not sized: never measured
     reasons: list[str] = field(default_factory=list)
 
 
@@ -233,42 +271,105 @@ def plan(target: Target, f: Figures) -> Fleet:
         f" = {fl.gateway_processes:,} processes, one per core"
     )
     # 3. Redis.
-    capacity = f.redis_ops.value * h
-    item_calls = reserve_rps / max(1, target.items)
-    fl.shards_per_item = min(max(1, target.stock), ceil_div(item_calls, capacity))
-    fl.redis_primaries = ceil_div(reserve_rps, capacity)
-    say(
-        f"Redis: {reserve_rps:,.0f} reserve calls/s; one core does {f.redis_ops.value:,.0f}/s"
-        f" ({f.redis_ops.source}), {capacity:,.0f}/s at {h:.0%}"
-    )
-    say(
-        f"  hot item: {item_calls:,.0f} calls/s → {fl.shards_per_item} shard(s);"
-        f" cluster: {fl.redis_primaries} primar{'y' if fl.redis_primaries == 1 else 'ies'}"
-        " (each with a replica)"
-    )
+    if f.redis_ops is None:
+        _not_measured(fl, "redis", "Redis", "redis")
+    else:
+        capacity = f.redis_ops.value * h
+        item_calls = reserve_rps / max(1, target.items)
+        fl.shards_per_item = min(max(1, target.stock), ceil_div(item_calls, capacity))
+        fl.redis_primaries = ceil_div(reserve_rps, capacity)
+        say(
+            f"Redis: {reserve_rps:,.0f} reserve calls/s; one core does {f.redis_ops.value:,.0f}/s"
+            f" ({f.redis_ops.source}), {capacity:,.0f}/s at {h:.0%}"
+        )
+        say(
+            f"  hot item: {item_calls:,.0f} calls/s → {fl.shards_per_item} shard(s);"
+            f" cluster: {fl.redis_primaries} primar{'y' if fl.redis_primaries == 1 else 'ies'}"
+            " (each with a replica)"
+        )
     # 4. Kafka and writers.
     orders = target.stock * max(1, target.items)
     needed = orders / target.drain_s
-    writer_capacity = f.writer_rate.value * h
-    fl.writers = ceil_div(needed, writer_capacity)
-    fl.kafka_partitions = fl.writers
-    say(
-        f"writers: {orders:,} orders within {target.drain_s:g} s = {needed:,.0f} orders/s;"
-        f" one writer stores {f.writer_rate.value:,.0f}/s ({f.writer_rate.source}),"
-        f" {writer_capacity:,.0f}/s at {h:.0%} → {fl.writers} writer(s),"
-        f" ≥ {fl.kafka_partitions} partition(s)"
-    )
+    if f.writer_rate is None:
+        _not_measured(fl, "writers", "writers", "writer")
+    else:
+        writer_capacity = f.writer_rate.value * h
+        fl.writers = ceil_div(needed, writer_capacity)
+        fl.kafka_partitions = fl.writers
+        say(
+            f"writers: {orders:,} orders within {target.drain_s:g} s = {needed:,.0f} orders/s;"
+            f" one writer stores {f.writer_rate.value:,.0f}/s ({f.writer_rate.source}),"
+            f" {writer_capacity:,.0f}/s at {h:.0%} → {fl.writers} writer(s),"
+            f" ≥ {fl.kafka_partitions} partition(s)"
+        )
     # 5. Load generators.
-    worker_capacity = f.loadgen_rps.value * h
-    fl.loadgen_workers = ceil_div(target.rps, worker_capacity)
-    say(
-        f"load: {target.rps:,.0f} req/s ÷ {worker_capacity:,.0f} req/s per worker"
-        f" ({f.loadgen_rps.source}, at {h:.0%}) = {fl.loadgen_workers:,} workers + 1 master"
-    )
+    if f.loadgen_rps is None:
+        _not_measured(fl, "load", "load", "loadgen")
+    else:
+        worker_capacity = f.loadgen_rps.value * h
+        fl.loadgen_workers = ceil_div(target.rps, worker_capacity)
+        say(
+            f"load: {target.rps:,.0f} req/s ÷ {worker_capacity:,.0f} req/s per worker"
+            f" ({f.loadgen_rps.source}, at {h:.0%}) = {fl.loadgen_workers:,} workers + 1 master"
+        )
     if f.other_loadgen is not None:
         other = ceil_div(target.rps, f.other_loadgen.value * h)
         say(
             f"  (with {f.other_loadgen.source} at {f.other_loadgen.value:,.0f} req/s per"
             f" process: {other:,} processes)"
         )
+    # 6. Balancer tier.
+    if f.balancer is not None:
+        fl.tier = balancer_tier(target, f, f.balancer, say)
     return fl
+
+
+def _not_measured(fl: Fleet, part: str, label: str, section: str) -> None:
+    fl.missing.append(part)
+    fl.reasons.append(
+        f"{label}: not measured (`.venv/bin/python -m loadtest.bench --only {section}`)"
+    )
+
+
+def balancer_tier(
+    target: Target, f: Figures, b: BalancerFigures, say: Callable[[str], None]
+) -> Tier:
+    """The edge when the balancers answer sold out and the gateways only the reserve path."""
+    t = Tier()
+    reserve_rps = target.rps * (1 - target.sold_out_share)
+    soldout_rps = target.rps - reserve_rps
+    t.balancer_cores_busy = (
+        soldout_rps * b.answer_us.value + reserve_rps * b.forward_us.value
+    ) / 1e6
+    t.balancer_cores = ceil_div(t.balancer_cores_busy, target.headroom)
+    say(
+        f"balancer tier: {soldout_rps:,.0f} sold-out answers × {b.answer_us.value:.1f} µs"
+        f" ({b.answer_us.source}) + {reserve_rps:,.0f} forwarded × {b.forward_us.value:.1f} µs"
+        f" ({b.forward_us.source}) = {t.balancer_cores_busy:,.2f} cores busy"
+        f" → {t.balancer_cores} balancer cores at {target.headroom:.0%}"
+    )
+    # The sold-out share's latency is now the balancer's own (flat where only one fraction was
+    # measured); the reserve path's is the gateway's at its utilisation.
+    if b.latency:
+        behind = replace(f, soldout_latency=b.latency)
+        t.gateway_utilisation, t.predicted_p99_ms, t.p99_met = utilisation(behind, target)
+    else:  # never the gateway's own sold-out latency: that is not what buyers would see
+        t.gateway_utilisation = target.headroom
+    u = t.gateway_utilisation
+    re_us, re_from = cost_us(f.reserve_us, f.reserve_us_at, u)
+    t.gateway_cores_busy = reserve_rps * re_us / 1e6
+    t.gateway_processes = ceil_div(t.gateway_cores_busy, u)
+    p99 = "not checked" if t.predicted_p99_ms is None else f"≈ {t.predicted_p99_ms:.1f} ms"
+    if b.latency_source:
+        p99 += f" ({b.latency_source})"
+    say(
+        f"  gateways behind it: {reserve_rps:,.0f} × {re_us:.1f} µs (reserve; {re_from})"
+        f" = {t.gateway_cores_busy:,.2f} cores busy ÷ {u:.0%} = {t.gateway_processes}"
+        f" processes; p99 of the mix {p99}"
+        f"{'' if t.p99_met else ' (DOES NOT meet the target)'}"
+    )
+    say(
+        f"  edge: {t.balancer_cores} balancer + {t.gateway_processes} gateway cores ="
+        f" {t.edge_cores} cores (without the tier: the gateway line above)"
+    )
+    return t

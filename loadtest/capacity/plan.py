@@ -2,6 +2,11 @@
 benchmark run (``loadtest/reports/bench-results.json``), with the reasoning line by line. The
 model is ``loadtest.capacity.model``; bench.md checks it against measured points.
 
+The gateway's costs come from the ``closed`` and ``open`` sections (``python -m loadtest.bench``)
+or, where those were never run, from the ``balancer`` section (``python -m
+loadtest.bench.balancer``), which also gives the balancer tier's costs. Redis, writer and
+load-generator figures are optional: a part never measured is said so, not guessed.
+
     .venv/bin/python -m loadtest.capacity.plan --rps 500000 --sold-out-share 0.98 --stock 10000 \\
         --items 1 --p99-ms 100
 """
@@ -17,7 +22,16 @@ from typing import Any
 from loadtest.bench import results as store
 from loadtest.bench.stats import figure, select
 from loadtest.capacity.emit import emit_k8s, k8s_options
-from loadtest.capacity.model import HEADROOM, Figures, Fleet, Latency, Measured, Target, plan
+from loadtest.capacity.model import (
+    HEADROOM,
+    BalancerFigures,
+    Figures,
+    Fleet,
+    Latency,
+    Measured,
+    Target,
+    plan,
+)
 
 DEFAULT_TARGET = Target(rps=500_000, sold_out_share=0.98, stock=10_000, items=1, p99_ms=100)
 
@@ -54,12 +68,19 @@ class OpenLoop:
     generator_lagged: list[str] = field(default_factory=list)
 
 
-def _open_loop(res: store.Results, scenario: str) -> OpenLoop:
-    runs = store.runs_of(res, "open")
+def _open_loop(
+    res: store.Results,
+    scenario: str,
+    section: str = "open",
+    subject: str = "gateway",
+    label: str | None = None,
+) -> OpenLoop:
+    """Per fraction, the medians of the runs ``<scenario>@<fraction>`` of ``subject``."""
+    runs = store.runs_of(res, section)
     found_at = OpenLoop()
     scenarios = {r["scenario"] for r in runs if r["scenario"].startswith(f"{scenario}@")}
     for name in sorted(scenarios):
-        mine = [r for r in select(runs, "open", name, "gateway") if not r["problems"]]
+        mine = [r for r in select(runs, section, name, subject) if not r["problems"]]
         found = {pct: figure(mine, metric) for pct, metric in PERCENTILES.items()}
         if any(v is None for v in found.values()):
             continue
@@ -69,7 +90,7 @@ def _open_loop(res: store.Results, scenario: str) -> OpenLoop:
         if cpu is not None:
             found_at.cpu_us[fraction] = cpu.median
         if any(generator_short(r["metrics"]) for r in mine):
-            found_at.generator_lagged.append(f"{scenario} at {fraction:.0%}")
+            found_at.generator_lagged.append(f"{label or scenario} at {fraction:.0%}")
     return found_at
 
 
@@ -87,19 +108,26 @@ def generator_short(m: dict[str, Any]) -> bool:
     return bool(m.get("achieved_rps", 0.0) < 0.95 * m.get("offered_rps", 0.0))
 
 
-def loadgen(res: store.Results) -> Measured:
-    try:
-        found = _median(res, "loadgen", "ceiling", "locust", "rps", "one Locust worker")
-    except MissingFigure:
-        found = _median(
+def loadgen(res: store.Results) -> Measured | None:
+    found = _optional(res, "loadgen", "ceiling", "locust", "rps", "one Locust worker")
+    if found is None:
+        found = _optional(
             res, "loadgen", "ceiling", "openloop", "rps", "one open-loop generator (no Locust run)"
         )
-    return Measured(found.value, found.source + ", against nginx")
+    return None if found is None else Measured(found.value, found.source + ", against nginx")
+
+
+# The balancer runner's section (loadtest/bench/balancer.py): its scenario names.
+BALANCER = "balancer"
 
 
 def figures(res: store.Results) -> Figures:
     """The model's inputs from the stored results; ``MissingFigure`` names what is missing."""
     soldout, reserve = _open_loop(res, "sold_out"), _open_loop(res, "reserve")
+    if not soldout.latency:
+        soldout = _open_loop(res, "open", BALANCER, label="sold_out")
+    if not reserve.latency:
+        reserve = _open_loop(res, "reserve-open", BALANCER, label="reserve")
     measured = sorted({*soldout.latency, *reserve.latency})
     source = "gateway open loop at " + "/".join(f"{f:.0%}" for f in measured) + " of its maximum"
     lagged = soldout.generator_lagged + reserve.generator_lagged
@@ -111,23 +139,25 @@ def figures(res: store.Results) -> Figures:
             redis_ops = _median(
                 res, "redis", "redis", name, "ops_per_s", "EVALSHA -P 16 on a stack primary"
             )
-    if redis_ops is None:
-        raise MissingFigure(
-            "no Redis figure: run `.venv/bin/python -m loadtest.bench --only redis`"
-        )
     return Figures(
-        soldout_us=_median(
-            res, "closed", "sold_out", "gateway", "cpu_us_per_req", "gateway CPU µs per sold-out"
+        soldout_us=_first(
+            res,
+            ("closed", "sold_out", "gateway", "cpu_us_per_req"),
+            (BALANCER, "closed", "gateway", "cpu_us_per_req"),
+            what="gateway CPU µs per sold-out",
         ),
-        reserve_us=_median(
-            res, "closed", "reserve", "gateway", "cpu_us_per_req", "gateway CPU µs per reserve"
+        reserve_us=_first(
+            res,
+            ("closed", "reserve", "gateway", "cpu_us_per_req"),
+            (BALANCER, "reserve", "gateway", "cpu_us_per_req"),
+            what="gateway CPU µs per reserve",
         ),
         soldout_latency=soldout.latency,
         reserve_latency=reserve.latency,
         soldout_us_at=soldout.cpu_us,
         reserve_us_at=reserve.cpu_us,
         redis_ops=redis_ops,
-        writer_rate=_median(
+        writer_rate=_optional(
             res, "writer", "batch", "1000", "orders_per_s", "writer orders/s at batch 1,000"
         ),
         loadgen_rps=loadgen(res),
@@ -135,7 +165,45 @@ def figures(res: store.Results) -> Figures:
         other_loadgen=_optional(
             res, "loadgen", "ceiling", "openloop", "rps", "the open-loop generator"
         ),
+        balancer=balancer(res),
     )
+
+
+def _first(res: store.Results, *where: tuple[str, str, str, str], what: str) -> Measured:
+    """The first of ``where`` (section, scenario, subject, metric) that was measured."""
+    for section, scenario, subject, metric in where:
+        found = _optional(res, section, scenario, subject, metric, what)
+        if found is not None:
+            return Measured(found.value, f"{found.source}, `{section}` section")
+    sections = " or ".join(
+        f"--only {s}" if s != BALANCER else "loadtest.bench.balancer" for s, *_ in where
+    )
+    raise MissingFigure(
+        f"no {what} measured: run `.venv/bin/python -m loadtest.bench` ({sections})"
+    )
+
+
+def balancer(res: store.Results) -> BalancerFigures | None:
+    """The balancer tier's costs, when ``python -m loadtest.bench.balancer`` has run."""
+    answer = _optional(
+        res, BALANCER, "closed", "haproxy_410", "balancer_cpu_us_per_req",
+        "haproxy CPU µs per 410 from its map",
+    )  # fmt: skip
+    forward = _optional(
+        res, BALANCER, "closed", "haproxy_gateway", "balancer_cpu_us_per_req",
+        "haproxy CPU µs per forwarded request",
+    )  # fmt: skip
+    if answer is None or forward is None:
+        return None
+    own = _open_loop(res, "open", BALANCER, subject="haproxy_410", label="the balancer's 410s")
+    reserve_measured = (
+        _open_loop(res, "reserve").latency or _open_loop(res, "reserve-open", BALANCER).latency
+    )
+    if own.generator_lagged or not reserve_measured:
+        # The generator's own delay (or no reserve path at all) is no latency of the tier's.
+        why = "its open-loop runs were generator-bound" if own.generator_lagged else ""
+        return BalancerFigures(answer, forward, {}, why or "no reserve-path latency measured")
+    return BalancerFigures(answer, forward, own.latency, "the balancer's own open-loop latency")
 
 
 def _optional(
@@ -148,22 +216,38 @@ def _optional(
 
 
 def table(fleet: Fleet, target: Target) -> list[tuple[str, str]]:
-    return [
+    def sized(part: str, value: str) -> str:
+        return "not measured" if part in fleet.missing else value
+
+    rows = [
         ("gateway processes (= cores)", f"{fleet.gateway_processes:,}"),
         ("gateway cores busy at the target", f"{fleet.gateway_cores_busy:,.2f}"),
         ("utilisation per core", f"{fleet.utilisation:.0%} (headroom {target.headroom:.0%})"),
-        (
-            "predicted p99",
-            "not measured"
-            if fleet.predicted_p99_ms is None
-            else f"{fleet.predicted_p99_ms:.1f} ms ({'met' if fleet.p99_met else 'NOT met'})",
-        ),
-        ("shards per hot item", f"{fleet.shards_per_item}"),
-        ("Redis primaries (+ a replica each)", f"{fleet.redis_primaries}"),
-        ("Kafka partitions (at least)", f"{fleet.kafka_partitions}"),
-        ("writer processes", f"{fleet.writers}"),
-        ("load-generator workers (+ 1 master)", f"{fleet.loadgen_workers:,}"),
+        ("predicted p99", _p99(fleet.predicted_p99_ms, fleet.p99_met)),
     ]
+    if fleet.tier is not None:
+        t = fleet.tier
+        rows += [
+            ("with a balancer tier: balancer cores", f"{t.balancer_cores:,}"),
+            ("  balancer cores busy", f"{t.balancer_cores_busy:,.2f}"),
+            (
+                "  gateway processes (= cores)",
+                f"{t.gateway_processes:,} at {t.gateway_utilisation:.0%}",
+            ),
+            ("  predicted p99", _p99(t.predicted_p99_ms, t.p99_met)),
+            ("  edge cores (balancers + gateways)", f"{t.edge_cores:,}"),
+        ]
+    return rows + [
+        ("shards per hot item", sized("redis", f"{fleet.shards_per_item}")),
+        ("Redis primaries (+ a replica each)", sized("redis", f"{fleet.redis_primaries}")),
+        ("Kafka partitions (at least)", sized("writers", f"{fleet.kafka_partitions}")),
+        ("writer processes", sized("writers", f"{fleet.writers}")),
+        ("load-generator workers (+ 1 master)", sized("load", f"{fleet.loadgen_workers:,}")),
+    ]
+
+
+def _p99(p99: float | None, met: bool) -> str:
+    return "not measured" if p99 is None else f"{p99:.1f} ms ({'met' if met else 'NOT met'})"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:

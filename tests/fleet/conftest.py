@@ -1,5 +1,7 @@
 """The fleet's tests need root (namespaces, nftables), haproxy, and a stack already up: they
-use the shared stack as it is and never start, stop or migrate it."""
+use the shared stack as it is and never start, stop or migrate it. Each module's fleet is a
+private one (``fleet.private``: its own name, subnet and balancer port), so it never meets the
+default fleet or another run's."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ FLEET_ENV = settings_env(**LIFTED_IP_LIMITS, redis_timeout_ms=REDIS_TIMEOUT_MS)
 
 
 @pytest.fixture(scope="module")
-def live_stack() -> Settings:
+def live_stack() -> Iterator[Settings]:
     cfg = settings()
     if os.geteuid() != 0 or not shutil.which("haproxy") or not shutil.which("nft"):
         pytest.skip("the fleet needs root, haproxy and nftables (scripts/bootstrap)")
@@ -29,13 +31,13 @@ def live_stack() -> Settings:
     needed = [*cfg.redis_nodes, first_broker, f"127.0.0.1:{cfg.pg_port}"]
     if not all(port_open(address) for address in needed):
         pytest.skip("the stack is not up (`flashsale stack up`)")
-    return cfg
+    with fleet.private(cfg, "fst") as mine:
+        yield mine
 
 
 @pytest.fixture(scope="module")
 def hosts(live_stack: Settings) -> Iterator[list[Host]]:
     """A fleet of GATEWAYS hosts for the module, and a writer (a cancel needs the order stored)."""
-    fleet.down(live_stack)  # a previous run killed mid-way may have left its network
     with running_writer():
         up = fleet.up(live_stack, GATEWAYS, FLEET_ENV)
         try:

@@ -211,10 +211,12 @@ def test_figures_are_the_medians_of_the_stored_runs() -> None:
     assert f.reserve_us.value == 500
     assert {f: lat[99.0] for f, lat in f.soldout_latency.items()} == {0.5: 2.0, 0.9: 9.0}
     assert f.reserve_latency == {0.5: {50.0: 5.0, 90.0: 10.0, 99.0: 20.0, 99.9: 40.0, 100.0: 60.0}}
-    assert f.redis_ops.value == 50_000  # the pipelined figure
-    assert f.writer_rate.value == 5_000
-    assert f.loadgen_rps.value == 20_000  # no Locust run: the open-loop generator stands in
+    assert f.redis_ops is not None and f.redis_ops.value == 50_000  # the pipelined figure
+    assert f.writer_rate is not None and f.writer_rate.value == 5_000
+    # No Locust run: the open-loop generator stands in.
+    assert f.loadgen_rps is not None and f.loadgen_rps.value == 20_000
     assert "open-loop" in f.loadgen_rps.source
+    assert f.balancer is None  # no balancer section: no tier
     assert f.other_loadgen is not None and f.other_loadgen.value == 20_000
     assert "sold_out at 90%" in f.latency_source  # the generator lagged there: said so
 
@@ -222,5 +224,119 @@ def test_figures_are_the_medians_of_the_stored_runs() -> None:
 def test_a_missing_section_names_the_command_that_measures_it() -> None:
     res = _results()
     del res["sections"]["writer"]
-    with pytest.raises(plan.MissingFigure, match="--only writer"):
+    f = plan.figures(res)
+    assert f.writer_rate is None
+    fleet = capacity.plan(TARGET, f)
+    assert any("--only writer" in line for line in fleet.reasons)
+    assert dict(plan.table(fleet, TARGET))["writer processes"] == "not measured"
+    del res["sections"]["closed"]  # no gateway cost anywhere: no answer at all
+    with pytest.raises(plan.MissingFigure, match="--only closed"):
         plan.figures(res)
+
+
+def _balancer_section() -> dict[str, Any]:
+    """What ``python -m loadtest.bench.balancer`` records (its scenario and metric names)."""
+    b = "balancer"
+    return _section(
+        *(
+            _run(b, "closed", "haproxy_410", r, balancer_cpu_us_per_req=v, cpu_us_per_req=v + 1)
+            for r, v in enumerate((9.0, 10.0, 30.0))
+        ),
+        _run(b, "closed", "haproxy_gateway", 0, balancer_cpu_us_per_req=35.0),
+        _run(b, "closed", "gateway", 0, cpu_us_per_req=30.0),
+        _run(b, "reserve", "gateway", 0, cpu_us_per_req=300.0),
+        _run(b, "open@0.5", "haproxy_410", 0, **_open(1.0, lag=0.1)),
+        _run(b, "open@0.5", "gateway", 0, **_open(4.0, lag=0.1)),
+        _run(b, "reserve-open@0.5", "gateway", 0, **_open(40.0, lag=0.1)),
+    )
+
+
+def test_the_balancer_section_alone_answers_the_edge() -> None:
+    """bench-results.json holding only the balancer runner's section (the other sections lost):
+    the planner sizes the gateways and the balancer tier from it, and says what is missing."""
+    f = plan.figures({"format": 2, "sections": {"balancer": _balancer_section()}})
+    assert f.soldout_us.value == 30.0 and "`balancer` section" in f.soldout_us.source
+    assert f.reserve_us.value == 300.0
+    assert f.reserve_latency[0.5][99.0] == 40.0
+    assert f.balancer is not None
+    assert f.balancer.answer_us.value == 10.0  # the median of 9, 10, 30: haproxy's share only
+    assert f.balancer.forward_us.value == 35.0
+    assert f.balancer.latency[0.5][99.0] == 1.0
+    assert f.redis_ops is None and f.writer_rate is None and f.loadgen_rps is None
+    fleet = capacity.plan(TARGET, f)
+    assert fleet.missing == ["redis", "writers", "load"]
+    tier = fleet.tier
+    assert tier is not None
+    # 490k × 10 µs + 10k × 35 µs = 5.25 cores busy → ceil(5.25 / 0.7 = 7.5) = 8 balancer cores.
+    assert tier.balancer_cores_busy == pytest.approx(5.25)
+    assert tier.balancer_cores == 8
+    # The gateways see the reserve path only: 10k × 300 µs = 3 cores → ceil(3 / 0.7) = 5.
+    assert tier.gateway_cores_busy == pytest.approx(3.0)
+    assert tier.gateway_processes == 5
+    assert tier.edge_cores == 13
+    # Without the tier, every sold-out answer costs the gateway 30 µs: 17.7 cores → 26.
+    assert fleet.gateway_processes == 26
+    rows = dict(plan.table(fleet, TARGET))
+    assert rows["  edge cores (balancers + gateways)"] == "13"
+    assert rows["Redis primaries (+ a replica each)"] == "not measured"
+
+
+def test_the_tier_p99_uses_the_balancers_own_latency_for_the_sold_out_share() -> None:
+    """The same mix, sold-out answers at the balancer's 1 ms p99 instead of the gateway's:
+    with 2% on the reserve path the mix's p99 is about the reserve path's median either way,
+    but a reserve path whose median is above the target fails the tier as it fails the
+    gateways alone."""
+    slow = {0.5: _lat(150.0, 300.0)}
+    b = capacity.BalancerFigures(Measured(10, "a"), Measured(35, "f"), {0.5: _lat(0.5, 1.0)})
+    fleet = capacity.plan(TARGET, _figures(reserve_latency=slow, balancer=b))
+    assert fleet.tier is not None and not fleet.tier.p99_met
+    fast = capacity.plan(TARGET, _figures(balancer=b))
+    assert fast.tier is not None and fast.tier.p99_met
+    assert fast.tier.predicted_p99_ms is not None and fast.tier.predicted_p99_ms < 30
+
+
+def test_the_balancer_page_checks_each_tier_against_the_fleet_run() -> None:
+    """loadtest/bench/balancer.py's page: the fleet row predicts each tier's µs per answer from
+    the single-process rows at the share the fleet run got, idle burn included."""
+    from loadtest.bench import balancer
+
+    section = _balancer_section()
+    section["runs"].append(
+        _run(
+            "balancer", "closed", "haproxy_gateway", 1,
+            balancer_cpu_us_per_req=35.0, gateway_cpu_us_per_req=50.0, cpu_us_per_req=85.0,
+        )
+    )  # fmt: skip
+    fleet_run = _run(
+        "balancer", "fleet", "fleet2", 0,
+        share=0.9, rps=10_000.0, balancer_cpu_us_per_req=12.6, gateway_cpu_us_per_req=7.0,
+        idle_balancer_cores=0.0, idle_gateway_cores=0.01, server_busy=0.2,
+        cpu_us_per_req=19.6,
+    )  # fmt: skip
+    section["runs"].append(fleet_run)
+    section.update(
+        command="python -m loadtest.bench.balancer",
+        finished_at="2026-12-01 00:10:00",
+        commit="abc",
+        machine={"loadavg_start": 1.0, "loadavg_end": 2.0},
+        settings={"repeats": 1, "connections": 64, "fraction": 0.5},
+    )
+    page = balancer.render(section)
+    # Balancer: 0.9 × 10 + 0.1 × 35 = 12.5 µs predicted, 12.6 measured (1.01×); gateways:
+    # 0.1 × 50 + 0.01 cores × 1e6 / 10,000 req/s = 6.0 µs predicted, 7.0 measured (1.17×).
+    row = next(line for line in page.splitlines() if line.startswith("| 1 run(s)"))
+    assert "| 90.0% | 12.5 | 12.6 | 1.01× " in row
+    assert "| 6.0 | 7.0 | 1.17× " in row
+    assert "haproxy answers 410 (item in its map) |" in page
+
+
+def test_a_generator_bound_balancer_latency_is_not_used_for_the_tier_p99() -> None:
+    section = _balancer_section()
+    for run in section["runs"]:
+        if run["subject"] == "haproxy_410" and run["scenario"] == "open@0.5":
+            run["metrics"]["dispatch_lag_p99_ms"] = 30.0  # the generator, not haproxy, was late
+    f = plan.figures({"format": 2, "sections": {"balancer": section}})
+    assert f.balancer is not None and f.balancer.latency == {}
+    tier = capacity.plan(TARGET, f).tier
+    assert tier is not None and tier.predicted_p99_ms is None
+    assert tier.gateway_utilisation == TARGET.headroom  # sized at the headroom, p99 unchecked
