@@ -222,8 +222,25 @@ def write(res: store.Results, bench_md: Path = BENCH_MD) -> None:
     bench_md.write_text(render(res))
 
 
+_STANDALONE_HEADING = "## Standalone measurements"
+
+
+def refresh_standalone(bench_md: Path = BENCH_MD) -> None:
+    """Replace only bench.md's standalone part with the pages as they are now, keeping the
+    measured sections as rendered (for a page rewritten by its own command)."""
+    text = bench_md.read_text()
+    head = text[: text.index(_STANDALONE_HEADING)] if _STANDALONE_HEADING in text else text
+    bench_md.write_text(head.rstrip() + "\n\n" + _standalone().rstrip() + "\n")
+
+
 def main() -> None:
-    source = Path(sys.argv[1]) if len(sys.argv) > 1 else RESULTS_PATH
-    target = Path(sys.argv[2]) if len(sys.argv) > 2 else BENCH_MD
+    args = sys.argv[1:]
+    if args[:1] == ["--standalone-only"]:
+        target = Path(args[1]) if len(args) > 1 else BENCH_MD
+        refresh_standalone(target)
+        print(f"refreshed the standalone measurements in {target}")
+        return
+    source = Path(args[0]) if args else RESULTS_PATH
+    target = Path(args[1]) if len(args) > 1 else BENCH_MD
     target.write_text(render(store.load(source)))
     print(f"wrote {target}")
