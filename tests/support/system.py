@@ -112,7 +112,8 @@ class Report:
             f"ROW {self.row}: requests {len(self.answers)}, 202 {s[202]}, 410 {s[410]},"
             f" 503 {s[503]} {codes}, other {others}{f' {lost}' if lost else ''},"
             f" orders {self.orders}, FAILED {self.failed},"
-            f" drift {self.drift}, worst latency {self.worst_latency_s:.2f}s, "
+            f" drift {self.drift}, worst latency {self.worst_latency_s:.2f}s,"
+            f" resent after a closed keep-alive {sum(a.resent for a in self.answers)}, "
             + ("PASS" if self.passed else "FAIL")
         )
 
@@ -168,7 +169,8 @@ class System:
             **QUICK_RELAY,
         )
         argv = [*spec.prefix, sys.executable, "-m", "gateway"]
-        proc = self._spawn(f"gateway{i}", argv, {**own, **spec.env, **(env or {})})
+        # The system's own env (a row's settings) overrides these defaults, as the spec's does.
+        proc = self._spawn(f"gateway{i}", argv, {**own, **self.env, **spec.env, **(env or {})})
         self._gateways[i] = proc
         wait_ready(proc, http_ready(f"{self.bases[i]}/readyz"), READY_TIMEOUT_S, f"gateway {i}")
 
