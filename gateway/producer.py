@@ -40,7 +40,14 @@ _IDLE_POLL_S = 0.1  # otherwise: error, log and broker-state events still get se
 class OrderProducer:
     """Delivery reports are served on the event loop's own thread: a 1 ms ``poll(0)`` timer
     while sends are waiting, so no thread hands reports over (a poller thread cost ~45 µs of
-    the loop's CPU per order in GIL hand-offs and cross-thread wake-ups; bench.md)."""
+    the loop's CPU per order in GIL hand-offs and cross-thread wake-ups; bench.md).
+
+    Sends to a topic go to one partition at a time, the next writable one every sticky window
+    (2 × linger, as librdkafka's own sticky partitioner does for unkeyed messages), not to
+    their key's partition: a linger window's orders then make one batch for one broker, not a
+    batch for each of 12 partitions (librdkafka's broker threads ~15 → ~3 µs per order;
+    loadtest/bench/standalone/55-reserve-speed.md). Nothing reads the key's partition: each
+    topic carries one kind of event, stored once per orderId wherever it lands."""
 
     def __init__(self, cfg: Settings) -> None:
         self.timeout_s = cfg.kafka_timeout_ms / 1000
@@ -73,18 +80,25 @@ class OrderProducer:
         self._loop_thread = 0
         self._tick: asyncio.TimerHandle | None = None
         self._closing = False
+        # Per topic: the partitions the last health round found writable (unknown: the key's
+        # partition, librdkafka's choice), and the one in use with the loop time it ends.
+        self._usable: dict[str, list[int]] = {}
+        self._sticky: dict[str, tuple[int, float]] = {}
+        self._sticky_s = max(2 * cfg.kafka_linger_ms, 1) / 1000
+        self._turn = 0
 
     def _in_sync(self) -> bool:
-        """Every partition of our topics has a leader and min.insync.replicas in sync, and each
-        of those takes a TCP connection now (a metadata request and probes: blocking, so on a
-        worker thread).
+        """Each of our topics has a partition a send can be acknowledged on (``_writable``),
+        judged by a metadata request and TCP probes of the brokers it lists (blocking, so on a
+        worker thread); the writable ones are kept for ``partition()``.
 
-        Metadata alone is late: a SIGKILLed broker stays listed in sync until the controller
-        fences it (broker.session.timeout.ms, seconds), and every send meanwhile waits out the
-        Kafka deadline with a unit held. librdkafka's broker states are no substitute either:
-        it connects only to the leaders it needs, so a broker that came back is never seen "up".
-        A probe answers both ways within the health interval."""
+        Metadata alone is late: SIGKILLed brokers stay listed in sync until the controller
+        fences them (broker.session.timeout.ms, seconds); with two of three dead every send
+        meanwhile waits out the Kafka deadline with a unit held. librdkafka's broker states are
+        no substitute: it connects only to the leaders it needs, so a broker that came back is
+        never seen "up". A probe answers both ways within the health interval."""
         reachable: dict[int, bool] = {}
+        in_sync = True
         for topic in self._topics:
             try:
                 listed = self._producer.list_topics(topic, timeout=self._health_interval_s * 4)
@@ -95,18 +109,39 @@ class OrderProducer:
                 if topic not in self._last_listed:
                     raise
                 listed = self._last_listed[topic]
-            partitions = listed.topics[topic].partitions.values()
-            if not partitions:
-                return False
-            for p in partitions:
-                # acks=all waits for every replica in sync, so one dead one stalls the partition
-                # until the controller fences it and shrinks the set: unusable until then.
-                if not all(self._accepts(listed.brokers.get(b), b, reachable) for b in p.isrs):
-                    return False
-                # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
-                if p.leader < 0 or len(p.isrs) < min(self._min_insync, len(p.replicas)):
-                    return False
-        return True
+            partitions = listed.topics[topic].partitions
+            usable = [
+                n for n, p in sorted(partitions.items()) if self._writable(p, listed, reachable)
+            ]
+            self._usable[topic] = usable
+            # Sends go to writable partitions only (partition()): one is enough to sell.
+            in_sync = in_sync and bool(usable)
+        return in_sync
+
+    def _writable(self, p: Any, listed: Any, reachable: dict[int, bool]) -> bool:
+        """Can a send to partition ``p`` be acknowledged with acks=all, now or once the
+        controller fences a dead replica (broker.session.timeout.ms, under the Kafka deadline)?
+        Its leader takes connections, and so do min.insync.replicas of those listed in sync:
+        with fewer, nothing is acknowledged until a broker returns."""
+        if p.leader < 0 or not self._accepts(listed.brokers.get(p.leader), p.leader, reachable):
+            return False
+        live = sum(self._accepts(listed.brokers.get(b), b, reachable) for b in p.isrs)
+        # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
+        return live >= min(self._min_insync, len(p.replicas))
+
+    def partition(self, topic: str, now: float) -> int:
+        """Where a send to ``topic`` at loop time ``now`` goes: the sticky partition, or -1
+        (librdkafka's partitioner, by key) while the health rounds know no writable one."""
+        sticky = self._sticky.get(topic)
+        if sticky is not None and now < sticky[1]:
+            return sticky[0]
+        usable = self._usable.get(topic)
+        if not usable:
+            return -1
+        self._turn += 1
+        chosen = usable[self._turn % len(usable)]
+        self._sticky[topic] = (chosen, now + self._sticky_s)
+        return chosen
 
     def _accepts(self, broker: Any, broker_id: int, seen: dict[int, bool]) -> bool:
         """Does the broker take a TCP connection (asked once per health round)?"""
@@ -144,13 +179,20 @@ class OrderProducer:
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         loop = self._loop or self._bind(asyncio.get_running_loop())
         future: asyncio.Future[None] = loop.create_future()
+        now = loop.time()
         try:
-            self._producer.produce(topic, value, key, on_delivery=partial(self._delivered, future))
+            self._producer.produce(
+                topic,
+                value,
+                key,
+                partition=self.partition(topic, now),
+                on_delivery=partial(self._delivered, future),
+            )
         except (BufferError, KafkaException) as exc:
             raise NeverSent(str(exc)) from exc
         # librdkafka reports a failure by message.timeout.ms; the sweep is the backstop.
-        self._waiting.append((loop.time() + self.timeout_s + 0.5, future))
-        if self._tick is None or self._tick.when() > loop.time() + _BUSY_POLL_S:
+        self._waiting.append((now + self.timeout_s + 0.5, future))
+        if self._tick is None or self._tick.when() > now + _BUSY_POLL_S:
             self._schedule(loop, _BUSY_POLL_S)
         await future
 

@@ -49,29 +49,34 @@ async def test_no_broker_is_unavailable_within_a_second(live_stack: Settings) ->
         await producer.close(timeout_s=0.1)
 
 
-def _metadata(topics: tuple[str, ...], brokers: dict[int, int]) -> object:
-    """What librdkafka lists while two brokers are dead but not yet fenced: all three in sync."""
-    partition = SimpleNamespace(leader=1, replicas=[1, 2, 3], isrs=[1, 2, 3])
+def _metadata(topics: tuple[str, ...], brokers: dict[int, int], leader: int = 1) -> object:
+    """What librdkafka lists while brokers are dead but not yet fenced: all three in sync."""
+    partition = SimpleNamespace(leader=leader, replicas=[1, 2, 3], isrs=[1, 2, 3])
     return SimpleNamespace(
         topics={t: SimpleNamespace(partitions={0: partition}) for t in topics},
         brokers={b: SimpleNamespace(host="127.0.0.1", port=p) for b, p in brokers.items()},
     )
 
 
-def test_a_replica_listed_in_sync_that_refuses_connections_closes_the_gate(
+def test_replicas_listed_in_sync_that_refuse_connections_close_the_gate(
     live_stack: Settings,
 ) -> None:
     """Metadata lags a SIGKILL by the fencing timeout; the probe does not (a unit test: the
     metadata is faked, the connections are real; tests/system/test_broker_faults.py has the
-    whole-system row)."""
+    whole-system rows). One dead follower of three: a send waits for the fencing, the gate
+    stays open. Two dead, or a dead leader: nothing can be acknowledged there now."""
     producer = OrderProducer(live_stack)
     topics = (live_stack.orders_topic, live_stack.vouchers_topic)
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
-        alive = int(listening.getsockname()[1])
-        listed = _metadata(topics, {1: alive, 2: alive, 3: alive})
+        up, down = int(listening.getsockname()[1]), _free_port()
+        listed = _metadata(topics, {1: up, 2: up, 3: up})
         producer._producer = SimpleNamespace(list_topics=lambda *_a, **_k: listed)  # type: ignore[assignment]
         assert producer._in_sync()
-        listed = _metadata(topics, {1: alive, 2: _free_port(), 3: alive})
+        listed = _metadata(topics, {1: up, 2: down, 3: up})
+        assert producer._in_sync()
+        listed = _metadata(topics, {1: up, 2: down, 3: down})
+        assert not producer._in_sync()
+        listed = _metadata(topics, {1: down, 2: up, 3: up}, leader=1)
         assert not producer._in_sync()
