@@ -8,8 +8,8 @@ with the right types, each judged by PyJWT's own rule — and answers ``None`` f
 which then goes to PyJWT. So it never accepts a token PyJWT would refuse, and it refuses
 (``Rejected``) only what PyJWT refuses too: tests/gateway/test_auth.py checks the two agree.
 
-Tokens reach it already checked canonical by gateway/auth.py, so the lenient
-``urlsafe_b64decode`` below decodes exactly the bytes PyJWT decodes.
+Tokens reach it already checked canonical by gateway/auth.py, so the lenient base64 decoding
+below (``urlsafe_b64decode``'s own steps) decodes exactly the bytes PyJWT decodes.
 """
 
 from __future__ import annotations
@@ -56,8 +56,28 @@ class Rejected(Exception):
     expired."""
 
 
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
+_BLOCK = 64  # SHA-256's block size, for the HMAC pads
+
+
 def _b64decode(segment: str) -> bytes:
-    return base64.urlsafe_b64decode(segment + "=" * (-len(segment) % 4))
+    """``base64.urlsafe_b64decode`` with the padding added, without its two Python-level
+    wrappers (1.7 → 0.3 µs a segment): the same ASCII check (``UnicodeEncodeError`` is a
+    ValueError, as its refusal is), translation and lenient decoding."""
+    padded = segment.encode("ascii").translate(_URLSAFE) + b"=" * (-len(segment) % 4)
+    return binascii.a2b_base64(padded)
+
+
+def _pads(secret: bytes) -> tuple[hashlib._Hash, hashlib._Hash]:
+    """HMAC-SHA256's inner and outer hashes with the key's pads absorbed (RFC 2104): a token's
+    MAC is then two ``copy()``s and two updates (1.2 µs; ``hmac.HMAC.copy`` 3.7, ``hmac.digest``
+    12.5, one core of this machine)."""
+    key = hashlib.sha256(secret).digest() if len(secret) > _BLOCK else secret
+    key = key.ljust(_BLOCK, b"\0")
+    return (
+        hashlib.sha256(key.translate(hmac.trans_36)),
+        hashlib.sha256(key.translate(hmac.trans_5C)),
+    )
 
 
 def buyer_id(sub: object) -> int | None:
@@ -69,7 +89,7 @@ def buyer_id(sub: object) -> int | None:
 
 class HS256Fast:
     def __init__(self, secret: str, leeway_s: float, audience: str = "", issuer: str = "") -> None:
-        self._keyed = hmac.new(secret.encode(), digestmod=hashlib.sha256)
+        self._inner, self._outer = _pads(secret.encode())
         self._leeway = leeway_s
         self._audience = audience
         self._issuer = issuer
@@ -85,13 +105,15 @@ class HS256Fast:
         payload, dot, signature = rest.partition(".")
         if not dot or "=" in signature or "." in signature:
             return None
-        mac = self._keyed.copy()  # the key's pads are computed once, not per token (~1 µs)
-        mac.update(token[: len(token) - len(signature) - 1].encode())  # header.payload
+        inner = self._inner.copy()  # the key's pads are computed once, not per token
+        inner.update(token[: len(token) - len(signature) - 1].encode())  # header.payload
+        outer = self._outer.copy()
+        outer.update(inner.digest())
         try:
             given = _b64decode(signature)
         except (binascii.Error, ValueError):
             return None
-        if not hmac.compare_digest(mac.digest(), given):
+        if not hmac.compare_digest(outer.digest(), given):
             raise Rejected()
         try:
             claims = _decode_claims(_b64decode(payload))

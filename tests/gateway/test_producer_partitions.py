@@ -1,0 +1,95 @@
+"""Sends stick to one writable partition per window (gateway/producer.py): a linger window's
+orders make one batch. Unit tests on faked metadata (real probe sockets), and the real broker
+acknowledging sends spread that way."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+import uuid
+from collections.abc import Iterator
+from types import SimpleNamespace
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from gateway.producer import OrderProducer
+from kernel.settings import Settings
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A port that takes connections: a broker the probe finds alive."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+def _metadata(topics: tuple[str, ...], port: int, leaders: dict[int, int]) -> object:
+    partitions = {
+        n: SimpleNamespace(leader=leader, replicas=[1, 2, 3], isrs=[1, 2, 3])
+        for n, leader in leaders.items()
+    }
+    return SimpleNamespace(
+        topics={t: SimpleNamespace(partitions=partitions) for t in topics},
+        brokers={b: SimpleNamespace(host="127.0.0.1", port=port) for b in (1, 2, 3)},
+    )
+
+
+def _producer(cfg: Settings, listed: object) -> OrderProducer:
+    producer = OrderProducer(cfg)
+    producer._producer = SimpleNamespace(list_topics=lambda *_a, **_k: listed)  # type: ignore[assignment]
+    return producer
+
+
+def test_before_any_metadata_the_key_decides() -> None:
+    producer = OrderProducer(Settings(env="local"))
+    assert producer.partition("flashsale.orders", 0.0) == -1
+
+
+def test_one_partition_per_window_then_the_next(listening: int) -> None:
+    cfg = Settings(env="local", kafka_linger_ms=5)
+    topics = (cfg.orders_topic, cfg.vouchers_topic)
+    producer = _producer(cfg, _metadata(topics, listening, {n: 1 for n in range(4)}))
+    assert producer._in_sync()
+    first = producer.partition(cfg.orders_topic, 100.0)
+    # The whole window (2 x linger = 10 ms) goes to the same partition ...
+    assert {producer.partition(cfg.orders_topic, 100.0 + i / 1000) for i in range(10)} == {first}
+    # ... and each new window to the next one, round the four.
+    chosen = [producer.partition(cfg.orders_topic, 100.0 + 0.011 * w) for w in range(1, 9)]
+    assert sorted(chosen[:4]) == [0, 1, 2, 3]
+    assert chosen[4:] == chosen[:4]
+
+
+def test_a_partition_without_a_leader_gets_nothing(listening: int) -> None:
+    cfg = Settings(env="local", kafka_linger_ms=5)
+    topics = (cfg.orders_topic, cfg.vouchers_topic)
+    producer = _producer(cfg, _metadata(topics, listening, {0: 1, 1: -1, 2: 2}))
+    producer._in_sync()  # (whether the gate stays open is test_producer_health.py's)
+    chosen = {producer.partition(cfg.orders_topic, 0.011 * w) for w in range(20)}
+    assert chosen == {0, 2}
+
+
+async def test_the_broker_acknowledges_sends_to_sticky_partitions(live_stack: Settings) -> None:
+    topic = f"test.sticky.{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": live_stack.kafka_bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
+    try:
+        producer = OrderProducer(
+            dataclasses.replace(live_stack, orders_topic=topic, vouchers_topic=topic)
+        )
+        producer.start()
+        try:
+            for _ in range(100):
+                if producer.partition(topic, 0.0) >= 0:
+                    break
+                await asyncio.sleep(0.05)
+            assert producer.partition(topic, 0.0) >= 0, "no health round listed the topic"
+            sends = [producer.send(topic, b"k%d" % i, b"v") for i in range(50)]
+            await asyncio.wait_for(asyncio.gather(*sends), 10)
+        finally:
+            await producer.close()
+    finally:
+        admin.delete_topics([topic])[topic].exception(timeout=30)
