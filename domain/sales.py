@@ -23,12 +23,21 @@ class NewItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="c
     shards: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
 
 
+class WaitingRoom(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """A sale's waiting room (issue 16): buyers queue and are admitted at a rate."""
+
+    # None: the gateway's configured default (waiting_room_rate_per_s).
+    admission_rate_per_second: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    pow_difficulty: Annotated[int, msgspec.Meta(ge=0, le=32)] = 0  # 0: no proof of work
+
+
 class NewSale(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     name: Name
     starts_at: dt.datetime
     ends_at: dt.datetime
     items: Annotated[list[NewItem], msgspec.Meta(min_length=1, max_length=1000)]
     payment_window_seconds: Annotated[int, msgspec.Meta(ge=1, le=86_400)] = 600
+    waiting_room: WaitingRoom | None = None  # off: buyers race as without one
 
     def __post_init__(self) -> None:
         check_window(self.starts_at, self.ends_at)
@@ -38,14 +47,19 @@ decode_new_sale = msgspec.json.Decoder(NewSale).decode
 
 
 async def create_sale(pool: asyncpg.Pool, sale: NewSale) -> tuple[int, list[int]]:
+    room = sale.waiting_room
     async with pool.acquire() as conn, conn.transaction():
         sale_id: int = await conn.fetchval(
-            "insert into flash_sale (name, starts_at, ends_at, payment_window_seconds) "
-            "values ($1, $2, $3, $4) returning id",
+            "insert into flash_sale (name, starts_at, ends_at, payment_window_seconds, "
+            "waiting_room, admission_rate_per_second, pow_difficulty) "
+            "values ($1, $2, $3, $4, $5, $6, $7) returning id",
             sale.name,
             sale.starts_at,
             sale.ends_at,
             sale.payment_window_seconds,
+            room is not None,
+            None if room is None else room.admission_rate_per_second,
+            0 if room is None else room.pow_difficulty,
         )
         item_ids = [
             await conn.fetchval(

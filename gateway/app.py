@@ -7,6 +7,7 @@ purchase handler, or Starlette with a deadline on the request body."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -35,6 +36,8 @@ from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, error_response, j
 from gateway.services import Services
 from gateway.shutdown import Drain
 from gateway.stock_gauges import STOCK
+from gateway.waiting_room import frontier, routes
+from gateway.waiting_room.tickets import Signer
 from kernel.settings import Settings, settings
 
 log = logging.getLogger(__name__)
@@ -115,7 +118,13 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         drain.install()
         app.state.client_address = address
         app.state.limits = RouteLimits(cfg, services.ip_buckets)
-        front.purchase = PurchaseHandler(services, address)
+        rooms = frontier.WaitingRooms(services)
+        app.state.rooms, app.state.signer = rooms, Signer(cfg.waiting_room_secret)
+        services.tasks += [
+            asyncio.create_task(rooms.run(services.stop)),
+            asyncio.create_task(frontier.listen(rooms, cfg.redis_nodes, services.stop)),
+        ]  # stopped and awaited with the others' by services.close()
+        front.purchase = PurchaseHandler(services, address, rooms.spent, app.state.signer)
         front.admission.start()
         # A reservation allocates a few dozen tracked objects that die young: at CPython's
         # gen0 threshold of 700, collections cost ~5 µs a reservation (in-process, 20,000
@@ -141,6 +150,8 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             Route(
                 "/api/flash-sales/orders/{order_id}/cancel", orders.cancel_order, methods=["POST"]
             ),
+            Route("/api/flash-sales/sales/{sale_id}/queue", routes.join, methods=["POST"]),
+            Route("/api/flash-sales/sales/{sale_id}/queue", routes.poll, methods=["GET"]),
             Route("/admin/sales", admin.post_sale, methods=["POST"]),
             Route("/admin/sales/{sale_id}/arm", admin.arm, methods=["POST"]),
             Route("/admin/items/{item_id}", admin.get_item),

@@ -30,6 +30,7 @@ class Error(_Body):
     reason: Literal["EXPIRED", "NOT_STARTED", "BELOW_MIN_ORDER"] | UnsetType = UNSET
     redis: bool | UnsetType = UNSET  # NOT_READY: which dependency is not
     kafka: bool | UnsetType = UNSET
+    difficulty: int | UnsetType = UNSET  # PROOF_OF_WORK_REQUIRED: zero bits asked
 
 
 class Health(_Body):
@@ -171,3 +172,27 @@ class VoucherCounters(Voucher):
     expired: int
     failed: int
     redis: VoucherInRedis | UnsetType = UNSET  # flash vouchers only
+
+
+class QueueTicket(_Body):
+    """A place in a sale's waiting room: ``ticket`` goes in ``X-Queue-Ticket`` of each poll.
+    ``place`` is absent for who joined before the start (places are drawn at the start)."""
+
+    ticket: str
+    starts_at: Moment
+    place: int | UnsetType = UNSET
+
+
+class QueueStatus(_Body):
+    """A poll's answer: WAITING (poll again after ``retryAfterSeconds``, also the Retry-After
+    header) or ADMITTED (``admission`` goes in ``X-Admission`` of the purchase, until
+    ``admissionExpiresAt``). ``ticket`` replaces the one the client holds."""
+
+    state: Literal["WAITING", "ADMITTED"]
+    ticket: str
+    place: int | UnsetType = UNSET
+    ahead: int | UnsetType = UNSET
+    estimated_wait_seconds: int | UnsetType = UNSET
+    retry_after_seconds: int | UnsetType = UNSET
+    admission: str | UnsetType = UNSET
+    admission_expires_at: Moment | UnsetType = UNSET

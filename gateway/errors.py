@@ -2,8 +2,10 @@
 
     ApiError
     ├── BadRequest          400 INVALID_REQUEST
-    ├── Unauthorized        401 UNAUTHORIZED
+    ├── Unauthorized        401 UNAUTHORIZED / INVALID_TICKET
     ├── SaleNotOpen         403 SALE_NOT_OPEN
+    ├── NotAdmitted         403 ADMISSION_REQUIRED (the sale's waiting room is on)
+    │                           / PROOF_OF_WORK_REQUIRED (+ difficulty)
     ├── NotFound            404 ITEM_NOT_FOUND / ORDER_NOT_FOUND / SALE_NOT_FOUND / NOT_FOUND
     │                           / VOUCHER_NOT_FOUND / RESERVATION_NOT_FOUND
     ├── Conflict            409 ALREADY_PURCHASED / ORDER_EXPIRED / ORDER_FAILED / ORDER_PROCESSING
@@ -57,6 +59,9 @@ class Unauthorized(ApiError, status=401, code="UNAUTHORIZED"): ...
 
 
 class SaleNotOpen(ApiError, status=403, code="SALE_NOT_OPEN"): ...
+
+
+class NotAdmitted(ApiError, status=403, code="ADMISSION_REQUIRED"): ...
 
 
 class NotFound(ApiError, status=404, code="NOT_FOUND"): ...

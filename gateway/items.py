@@ -14,7 +14,8 @@ _SELECT = """
 select i.id, i.sale_id, i.shards, i.quantity, i.price, i.paused,
        extract(epoch from s.starts_at)::float8 as starts_at,
        extract(epoch from s.ends_at)::float8 as ends_at,
-       s.payment_window_seconds as payment_window_s, s.armed_at is not null as armed
+       s.payment_window_seconds as payment_window_s, s.armed_at is not null as armed,
+       s.waiting_room
 from flash_sale_item i join flash_sale s on s.id = i.sale_id
 """
 
@@ -31,6 +32,7 @@ class Item:
     ends_at: float
     payment_window_s: int
     armed: bool
+    waiting_room: bool  # buying needs an admission (gateway/waiting_room/)
 
     def is_open(self, now: float) -> bool:
         return self.armed and not self.paused and self.starts_at <= now < self.ends_at

@@ -20,6 +20,7 @@ from gateway.client_address import ClientAddress
 from gateway.errors import (
     ApiError,
     Conflict,
+    NotAdmitted,
     NotFound,
     RateLimited,
     SaleNotOpen,
@@ -31,6 +32,7 @@ from gateway.ratelimit import retry_after_seconds
 from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, raw_headers, render
 from gateway.responses import encode as encode_json
 from gateway.services import Services
+from gateway.waiting_room.tickets import Signer
 from kernel.events import OrderPlaced, encode
 from kernel.failpoints import failpoint
 from kernel.ids import new_order_id
@@ -53,8 +55,14 @@ _OUTCOME_BY_ERROR = {
 
 
 class PurchaseHandler:
-    def __init__(self, services: Services, address: ClientAddress) -> None:
+    def __init__(
+        self, services: Services, address: ClientAddress, spent: dict[int, int], signer: Signer
+    ) -> None:
         self.s = services
+        # A sale's waiting room (gateway/waiting_room/): places up to spent[sale] can no
+        # longer buy. Mutated in place, never replaced.
+        self._spent = spent
+        self._signer = signer
         self._address = address
         self._ip_buckets = services.ip_buckets
         self._flag_paths = services.flags.by_path  # mutated in place, never replaced
@@ -98,6 +106,14 @@ class PurchaseHandler:
             _count("sold_out_flag")
             return 410, SOLD_OUT_HEADERS, SOLD_OUT_BODY
         user_id = self.s.verifier.user_id(_header(scope, b"authorization"))
+        if item.waiting_room and not self._signer.admits(
+            _header(scope, b"x-admission"),
+            user_id,
+            item.sale_id,
+            now,
+            self._spent.get(item.sale_id, 0),
+        ):
+            raise NotAdmitted()  # the room is on: only admitted buyers reach the stock
         wait = self.s.user_buckets.take(user_id, time.monotonic())
         if wait:
             _guard("rate_limit_user")

@@ -220,6 +220,19 @@ class Settings:
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"
 
+    # Waiting room (issue 16; gateway/waiting_room/), a per-sale option. Tickets and admissions
+    # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
+    # restarted one still accepts them). The frontier is advanced and broadcast every tick.
+    waiting_room_secret: str = "dev-only-waiting-room-secret-change-me-0123456789abcdef"  # noqa: S105 - local stack
+    waiting_room_tick_ms: int = 100
+    waiting_room_rate_per_s: int = 500  # admissions per second of a sale that names none
+    waiting_room_admission_s: int = 120  # how long an admission lets its buyer purchase
+    waiting_room_max_retry_after_s: int = 30
+    # Joins and polls per buyer (after the client address's bucket): one who honours
+    # Retry-After polls at most once a second; a bot that hammers gets 429.
+    waiting_room_buyer_rate_per_s: float = 2.0
+    waiting_room_buyer_burst: float = 10.0
+
     # Named failpoints armed for tests (comma separated), inert otherwise.
     failpoints: tuple[str, ...] = ()
 

@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Sequence
 
 from flashsale.cli.errors import CliError
+from flashsale.cli.fairness import add_fairness
 from flashsale.cli.fleet import add_fleet
 from flashsale.cli.item import add_item
 from flashsale.cli.parser import Parser, subcommands
@@ -39,6 +40,7 @@ COMMANDS = (
     add_failover_watch,
     add_reconcile,
     add_report,
+    add_fairness,
     add_voucher,
     add_demo,
     add_token,

@@ -1,0 +1,2 @@
+"""A sale's waiting room (issue 16): signed queue tickets, places fixed at the start, an
+admission frontier pushed to every gateway, and admissions the purchase route requires."""

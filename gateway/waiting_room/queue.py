@@ -1,0 +1,174 @@
+"""The queue of one sale in Redis (one hash slot per sale, so each step is one atomic script).
+
+Places: whoever joins before the start is listed unplaced; at the start the list is sealed
+(later joins are placed first-come behind it, from ``next``) and shuffled once — uniformly, by
+the gateway's CSPRNG — then every early arrival's place is written in one script, so all of
+them are placed or none (another gateway retries a seal that died half-way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any, NamedTuple
+
+from redis.asyncio.cluster import RedisCluster
+
+_SHUFFLE = random.SystemRandom()
+# A burst of joins shares the router's cluster client, whose pools are bounded: past them a
+# call fails at once (MaxConnectionsError), so joins wait their turn here instead.
+_CALLS = asyncio.Semaphore(64)
+
+# KEYS: joined, meta, early, addresses. ARGV: buyer, now_ms, client address.
+# → "place:issued_ms" (place 0: early). Counts tickets per address for the fairness report.
+_JOIN = """
+local v = redis.call('HGET', KEYS[1], ARGV[1])
+if v then return v end
+redis.call('HINCRBY', KEYS[4], ARGV[3], 1)
+local place = 0
+if redis.call('HEXISTS', KEYS[2], 'sealed') == 1 then
+  place = redis.call('HINCRBY', KEYS[2], 'next', 1)
+else
+  redis.call('RPUSH', KEYS[3], ARGV[1])
+end
+v = place .. ':' .. ARGV[2]
+redis.call('HSET', KEYS[1], ARGV[1], v)
+return v
+"""
+# KEYS: meta, early. → the early arrivals, or nil once placed.
+_SEAL = """
+if redis.call('HEXISTS', KEYS[1], 'placed') == 1 then return nil end
+if redis.call('HSETNX', KEYS[1], 'sealed', 1) == 1 then
+  redis.call('HSET', KEYS[1], 'next', redis.call('LLEN', KEYS[2]))
+end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+"""
+# KEYS: joined, meta. ARGV: now_ms, buyer1, buyer2, … in their shuffled order.
+_PLACE = """
+if redis.call('HEXISTS', KEYS[2], 'placed') == 1 then return 0 end
+for i = 2, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], (i - 1) .. ':' .. ARGV[1]) end
+redis.call('HSET', KEYS[2], 'placed', 1)
+return 1
+"""
+# KEYS: meta. ARGV: rate per s, units left (-1: unknown), admission ms. → {frontier, spent}.
+# Redis's clock, so every gateway's tick agrees and several tickers never speed it up. Places
+# 1..frontier are admitted; places 1..spent were admitted before a sell-out (or their
+# admission has run out), so they can no longer buy. Until the first sell-out the frontier
+# moves at the rate; after it, a freed unit is re-offered to exactly one next place per unit
+# left (still at most the rate), and again to the following places once those admissions ran
+# out unused. It never moves before the places are fixed, while nothing is left or unknown,
+# or past the last joined place.
+_ADVANCE = """
+if redis.call('HEXISTS', KEYS[1], 'placed') == 0 then return {-1, 0} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rate, left, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local f = tonumber(redis.call('HGET', KEYS[1], 'frontier') or '0')
+local last = tonumber(redis.call('HGET', KEYS[1], 'last_ms') or now)
+local joined = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
+local spent = redis.call('HGET', KEYS[1], 'spent')
+if left == 0 and spent ~= tostring(f) then
+  redis.call('HSET', KEYS[1], 'spent', f)  -- sold out: every admission so far is used up
+  spent = tostring(f)
+end
+if left <= 0 or f >= joined then
+  redis.call('HSET', KEYS[1], 'last_ms', now)  -- paused: no backlog of admissions builds up
+  return {f, tonumber(spent or '0')}
+end
+local n = math.floor((now - last) * rate / 1000)
+if n > rate then n = rate; last = now - 1000 end  -- a burst of at most one second
+if spent then
+  spent = tonumber(spent)
+  local offered = tonumber(redis.call('HGET', KEYS[1], 'offered_ms') or '0')
+  if f >= spent + left and now - offered >= window then
+    spent = f  -- the re-offered places let their admissions run out: offer the next ones
+    redis.call('HSET', KEYS[1], 'spent', spent)
+  end
+  local want = spent + left - f
+  if want <= 0 then
+    redis.call('HSET', KEYS[1], 'last_ms', now)
+    return {f, spent}
+  end
+  if n >= want then n = want; last = now - n * 1000 / rate end
+  if n > 0 then redis.call('HSET', KEYS[1], 'offered_ms', now) end
+end
+if n > 0 then
+  n = math.min(n, joined - f)
+  f = f + n
+  last = last + n * 1000 / rate
+end
+redis.call('HSET', KEYS[1], 'frontier', f, 'last_ms', string.format('%.3f', last))
+return {f, tonumber(spent or '0')}
+"""
+
+
+def _keys(sale: int) -> tuple[str, str, str, str]:
+    tag = f"{{room:{sale}}}"
+    return f"{tag}:joined", f"{tag}:meta", f"{tag}:early", f"{tag}:addresses"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _place(value: Any) -> tuple[int, int]:
+    place, _, issued = _text(value).partition(":")
+    return int(place), int(issued)
+
+
+async def join(
+    client: RedisCluster, sale: int, buyer: int, now_ms: int, address: str
+) -> tuple[int, int]:
+    """(place, issued_ms) of the buyer's one ticket: joining again returns the same."""
+    async with _CALLS:
+        return _place(await client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address))
+
+
+async def place_of(client: RedisCluster, sale: int, buyer: int) -> tuple[int, int] | None:
+    async with _CALLS:
+        value = await client.hget(_keys(sale)[0], str(buyer))
+    return None if value is None else _place(value)
+
+
+async def fix_places(client: RedisCluster, sale: int, now_ms: int) -> None:
+    """At the start: seal the early arrivals and give them a uniformly random order (no-op
+    once placed)."""
+    joined, meta, early, _ = _keys(sale)
+    buyers = await client.eval(_SEAL, 2, meta, early)
+    if buyers is None:
+        return
+    order = list(buyers)
+    _SHUFFLE.shuffle(order)
+    await client.eval(_PLACE, 2, joined, meta, now_ms, *order)
+
+
+async def advance(
+    client: RedisCluster, sale: int, rate: int, units_left: int | None, admission_s: int
+) -> tuple[int, int]:
+    """(frontier, spent) after this tick (frontier -1 before the places are fixed): places
+    1..frontier are admitted, and those up to spent can no longer buy."""
+    left = -1 if units_left is None else units_left
+    args = (rate, left, admission_s * 1000)
+    frontier, spent = await client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
+    return int(frontier), int(spent)
+
+
+class Snapshot(NamedTuple):
+    early: list[int]  # who joined before the start, in the order Redis saw them
+    places: dict[int, tuple[int, int]]  # buyer → (place, issued_ms)
+    addresses: dict[str, int]  # client address → tickets
+    frontier: int
+    spent: int
+
+
+async def snapshot(client: RedisCluster, sale: int) -> Snapshot:
+    """The whole queue of a sale, for the fairness report (flashsale/observe/fairness.py)."""
+    joined, meta, early, addresses = _keys(sale)
+    fields = await client.hgetall(meta)
+    return Snapshot(
+        [int(b) for b in await client.lrange(early, 0, -1)],
+        {int(b): _place(v) for b, v in (await client.hgetall(joined)).items()},
+        {_text(a): int(n) for a, n in (await client.hgetall(addresses)).items()},
+        int(fields.get(b"frontier", 0)),
+        int(fields.get(b"spent", 0)),
+    )

@@ -1,0 +1,411 @@
+"""The waiting room (issue 16) through real HTTP, against the real gateway, writer, Redis Cluster,
+Kafka and PostgreSQL: signed tickets, random places for early arrivals, first-come places after
+the start, the pushed frontier, admissions, sold out for every waiter, freed units re-offered in
+queue order, and a restart that keeps every ticket and admission valid."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import itertools
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import asyncpg
+import httpx
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+from flashsale.observe.fairness import spearman
+from flashsale.stack.processes import settings_env
+from gateway.auth import sign_token
+from gateway.waiting_room import proof, queue
+from gateway.waiting_room.tickets import Signer, Ticket
+from jobs.expiry import expire_once
+from kernel.settings import Settings
+from shard_router import ShardRouter
+from tests.support.constants import LIFTED_IP_LIMITS
+from tests.support.gateway import ADMIN, new_sale, running_gateway
+from tests.support.writer import running_writer
+
+_users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 6 * 10**14)
+ROOM_PORT = 18097  # this module's gateway; the restart test's own takes +1
+_TICK_MS = 50
+_ENV = settings_env(**LIFTED_IP_LIMITS, waiting_room_tick_ms=_TICK_MS)
+
+
+def test_a_forged_or_altered_ticket_or_admission_is_refused() -> None:
+    signer, other = Signer("secret-a"), Signer("secret-b")
+    text = signer.ticket(Ticket(7, 3, 12, 1000))
+    assert signer.read_ticket(text) == Ticket(7, 3, 12, 1000)
+    assert signer.read_ticket(other.ticket(Ticket(7, 3, 12, 1000))) is None  # forged
+    assert signer.read_ticket(text.replace(".12.", ".1.", 1)) is None  # place altered
+    assert signer.read_ticket(text[:-1] + ("A" if text[-1] != "A" else "B")) is None
+    assert signer.read_ticket("garbage") is None and signer.read_ticket(None) is None
+    admission = signer.admission(7, 3, 12, 2000)
+    assert signer.admits(admission, 7, 3, 1999.0, spent=0)
+    assert not signer.admits(admission, 8, 3, 1999.0, spent=0)  # another buyer
+    assert not signer.admits(admission, 7, 4, 1999.0, spent=0)  # another sale
+    assert not signer.admits(admission, 7, 3, 2000.0, spent=0)  # expired
+    assert not signer.admits(admission, 7, 3, 1999.0, spent=12)  # its place is spent
+    assert not signer.admits(text, 7, 3, 0.0, spent=0)  # a ticket is not an admission
+    assert not signer.admits(other.admission(7, 3, 12, 2000), 7, 3, 1999.0, spent=0)
+
+
+def test_proof_of_work_is_checked_with_one_hash() -> None:
+    nonce = proof.solve(5, 7, 12)
+    assert proof.valid(5, 7, nonce, 12)
+    assert not proof.valid(5, 8, nonce, 12) or not proof.valid(6, 7, nonce, 12)
+    assert not proof.valid(5, 7, None, 1) and proof.valid(5, 7, None, 0)
+    tries = [proof.valid(5, 7, str(n), 8) for n in range(20_000)]
+    assert 20_000 / 256 / 2 < sum(tries) < 20_000 / 256 * 2  # about one nonce in 2**8
+
+
+@pytest.fixture(scope="module")
+def gateway(live_stack: Settings) -> Iterator[str]:
+    with running_writer(), running_gateway(live_stack, ROOM_PORT, **_ENV) as base:
+        yield base
+
+
+def _room_sale(
+    base: str, quantity: int, opens_in_s: float, rate: int, window_s: int = 600, pow_bits: int = 0
+) -> tuple[int, int, float]:
+    """(sale, item, starts_at) of a new armed sale with a waiting room."""
+    now = dt.datetime.now(dt.UTC)
+    starts = now + dt.timedelta(seconds=opens_in_s)
+    body = {
+        "name": "room",
+        "startsAt": starts.isoformat(),
+        "endsAt": (now + dt.timedelta(hours=1)).isoformat(),
+        "paymentWindowSeconds": window_s,
+        "items": [{"productId": "sku", "quantity": quantity, "price": 990, "shards": 4}],
+        "waitingRoom": {"admissionRatePerSecond": rate, "powDifficulty": pow_bits},
+    }
+    created = httpx.post(f"{base}/admin/sales", json=body, headers=ADMIN, timeout=10)
+    assert created.status_code == 201, created.text
+    sale = created.json()
+    armed = httpx.post(f"{base}/admin/sales/{sale['saleId']}/arm", headers=ADMIN, timeout=30)
+    assert armed.status_code == 200, armed.text
+    return sale["saleId"], sale["items"][0]["itemId"], starts.timestamp()
+
+
+class Client:
+    def __init__(self, session: aiohttp.ClientSession, cfg: Settings, sale: int, item: int):
+        self.session, self.cfg, self.sale, self.item = session, cfg, sale, item
+
+    async def join(self, buyer: int, nonce: str | None = None) -> tuple[int, Any]:
+        headers = _auth(self.cfg, buyer)
+        if nonce is not None:
+            headers["X-Queue-Proof"] = nonce
+        status, body, _ = await self._send(
+            "POST", f"/api/flash-sales/sales/{self.sale}/queue", headers
+        )
+        return status, body
+
+    async def poll(self, ticket: str) -> tuple[int, Any, int]:
+        path = f"/api/flash-sales/sales/{self.sale}/queue"
+        return await self._send("GET", path, {"X-Queue-Ticket": ticket})
+
+    async def buy(self, buyer: int, admission: str | None) -> tuple[int, Any]:
+        headers = _auth(self.cfg, buyer)
+        if admission is not None:
+            headers["X-Admission"] = admission
+        status, body, _ = await self._send(
+            "POST", f"/api/flash-sales/items/{self.item}/purchase", headers
+        )
+        return status, body
+
+    async def _send(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, Any, int]:
+        """One request, sent again as a client would: after a 503's Retry-After (this 2-core
+        box is shared), or when the gateway closed an idle kept-alive connection just as it
+        was reused. Every request here is idempotent: a join, a poll, a purchase."""
+        for _ in range(20):
+            try:
+                async with self.session.request(method, path, headers=headers) as r:
+                    answer = r.status, await r.json(), int(r.headers.get("retry-after", "0"))
+            except aiohttp.ServerDisconnectedError:
+                continue
+            if answer[0] != 503:
+                return answer
+            await asyncio.sleep(answer[2])
+        raise AssertionError(f"{method} {path}: no answer but 503")
+
+    async def admitted(self, ticket: str, timeout_s: float = 20) -> dict[str, Any]:
+        """Poll (quicker than Retry-After says, as often as the buyer's bucket allows) until
+        admitted."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status, body, _ = await self.poll(ticket)
+            assert status == 200, body
+            if body["state"] == "ADMITTED":
+                return dict(body)
+            ticket = body["ticket"]
+            await asyncio.sleep(0.5)  # within the buyer's queue bucket (2/s)
+        raise AssertionError("never admitted")
+
+
+def _auth(cfg: Settings, buyer: int) -> dict[str, str]:
+    return {"Authorization": f"Bearer {sign_token(cfg, buyer)}"}
+
+
+def _units_left(base: str, item: int) -> int:
+    left: int = httpx.get(f"{base}/admin/items/{item}", headers=ADMIN).json()["unitsLeft"]
+    return left
+
+
+async def _until_start(starts_at: float) -> None:
+    await asyncio.sleep(max(0.0, starts_at - time.time() + 0.05))
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_5000_early_joiners_for_500_units(
+    gateway: str, live_stack: Settings, redis: RedisCluster, db: asyncpg.Pool
+) -> None:
+    sale, item, starts_at = _room_sale(gateway, 500, opens_in_s=40, rate=400)
+    early = [next(_users) for _ in range(5000)]
+    connector = aiohttp.TCPConnector(limit=300)
+    async with aiohttp.ClientSession(gateway, connector=connector) as session:
+        c = Client(session, live_stack, sale, item)
+        joins = await asyncio.gather(*(c.join(b) for b in early))
+        assert time.time() < starts_at, "the joins took longer than the time before the start"
+        assert {s for s, _ in joins} == {200}, joins[:3]
+        tickets = {b: body["ticket"] for b, (_, body) in zip(early, joins, strict=True)}
+        assert all("place" not in body for _, body in joins)  # placed at the start
+        again = await asyncio.gather(*(c.join(b) for b in early[:50]))
+        assert [body["ticket"] for _, body in again] == [tickets[b] for b in early[:50]]
+        status, body, retry = await c.poll(tickets[early[0]])
+        assert status == 200 and body["state"] == "WAITING" and retry >= 1
+        await _until_start(starts_at)
+        started = time.monotonic()
+        assert (await c.buy(early[0], None)) == (403, {"error": "ADMISSION_REQUIRED"})
+        assert _units_left(gateway, item) == 500
+
+        late = [next(_users) for _ in range(100)]
+        late_joins = [(await c.join(b))[1] for b in late]  # one after another
+        late_places = [body["place"] for body in late_joins]
+        held_at: list[float] = []
+        buyers = [asyncio.create_task(_wait_and_buy(c, b, tickets[b], held_at)) for b in early]
+        async with aiohttp.ClientSession(gateway) as watching:  # not queued behind the buyers
+            watcher = Client(watching, live_stack, sale, item)
+            first_410 = await _first_sold_out(watcher, [body["ticket"] for body in late_joins])
+        results = await asyncio.gather(*buyers)
+        # Every waiter still holding a ticket: 410 now, whatever its place.
+        losers = [b for b, r in zip(early, results, strict=True) if r["bought"] != 202]
+        sweep = await asyncio.gather(*(c.poll(tickets[b]) for b in losers))
+    assert {s for s, _, _ in sweep} == {410}, [a for a in sweep if a[0] != 410][:3]
+
+    orders = [r for r in results if r["bought"] == 202]
+    assert len(orders) == 500 and len(held_at) == 500
+    assert all(r["admitted"] for r in orders)
+    assert _units_left(gateway, item) == 0
+    assert await _orders_in_db(db, item, 500) == 500
+    # 410 for the waiters within 1 s of the last unit being held.
+    assert first_410 - max(held_at) < 1.0, first_410 - max(held_at)
+
+    room = await queue.snapshot(redis, sale)
+    join_order = room.early  # as Redis saw them
+    places = {b: room.places[b][0] for b in early}
+    assert sorted(places.values()) == list(range(1, 5001))
+    rho = spearman(list(range(len(join_order))), [places[b] for b in join_order])
+    assert abs(rho) < 0.06, rho  # early: a uniformly random order (n=5000: sd of rho ≈ 0.014)
+    assert late_places == list(range(5001, 5101))  # late: first-come, behind the early
+    spent = room.spent  # the frontier when the last unit was held
+    winners = sorted(r["place"] for r in orders)
+    # Admitted in place order, at the sale's rate (400/s) until the last unit was held.
+    assert winners[-1] <= spent <= 400 * (max(held_at) - started + 1)
+    assert all(r["last"] == 410 for r in results if r["bought"] != 202)
+    print(f"spearman={rho:.3f} spent={spent} 410 after {first_410 - max(held_at):.3f}s")
+
+
+async def _wait_and_buy(c: Client, buyer: int, ticket: str, held_at: list[float]) -> dict[str, Any]:
+    """A buyer who honours Retry-After: poll, and buy once admitted."""
+    out: dict[str, Any] = {"place": None, "admitted": False, "bought": None, "last": None}
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status, body, retry = await c.poll(ticket)
+        out["last"] = status
+        if status == 410:
+            return out
+        assert status == 200, body
+        ticket = body["ticket"]
+        out["place"] = body.get("place")
+        if body["state"] == "ADMITTED":
+            out["admitted"] = True
+            out["bought"], _ = await c.buy(buyer, body["admission"])
+            if out["bought"] == 202:
+                held_at.append(time.monotonic())
+            out["last"] = out["bought"]
+            return out
+        await asyncio.sleep(retry)
+    raise AssertionError("never admitted nor sold out")
+
+
+async def _first_sold_out(c: Client, tickets: list[str]) -> float:
+    """Poll waiting tickets (never admitted: the last places) in turn, every 20 ms; the
+    monotonic time of the first 410."""
+    for ticket in itertools.cycle(tickets):
+        status, body, _ = await c.poll(ticket)
+        if status == 410:
+            return time.monotonic()
+        assert status == 200 and body["state"] == "WAITING", body
+        await asyncio.sleep(0.02)
+    raise AssertionError("unreachable")
+
+
+async def _orders_in_db(db: asyncpg.Pool, item: int, expect: int, timeout_s: float = 45) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        count: int = await db.fetchval(
+            "select count(*) from flash_sale_order where item_id = $1 and status = 'PENDING'",
+            item,
+        )
+        if count >= expect or time.monotonic() > deadline:
+            return count
+        await asyncio.sleep(0.25)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_a_purchase_needs_the_buyers_own_admission(
+    gateway: str, live_stack: Settings
+) -> None:
+    sale, item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
+    other_sale, other_item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
+    buyer, someone = next(_users), next(_users)
+    async with aiohttp.ClientSession(gateway) as session:
+        c = Client(session, live_stack, sale, item)
+        _, joined = await c.join(buyer)
+        admitted = await c.admitted(joined["ticket"])
+        admission = admitted["admission"]
+        refused = (403, {"error": "ADMISSION_REQUIRED"})
+        assert await c.buy(someone, None) == refused  # without one
+        assert await c.buy(someone, admission) == refused  # someone else's
+        assert await c.buy(buyer, admission[:-2] + "xx") == refused  # altered
+        assert await c.buy(buyer, admission.replace(f".{sale}.", f".{other_sale}.", 1)) == refused
+        assert await Client(session, live_stack, other_sale, other_item).buy(buyer, admission) == (
+            refused
+        )  # for another sale
+        assert _units_left(gateway, item) == 5 and _units_left(gateway, other_item) == 5
+        status, body = await c.buy(buyer, admission)
+        assert status == 202, body
+        assert _units_left(gateway, item) == 4
+    # A sale without a room: no queue, and buying needs no admission, as before.
+    plain = new_sale(gateway, 3, 2)
+    no_queue = httpx.post(
+        f"{gateway}/api/flash-sales/sales/{plain['saleId']}/queue",
+        headers=_auth(live_stack, buyer),
+    )
+    assert (no_queue.status_code, no_queue.json()) == (404, {"error": "SALE_NOT_FOUND"})
+    bought = httpx.post(
+        f"{gateway}/api/flash-sales/items/{plain['items'][0]['itemId']}/purchase",
+        headers=_auth(live_stack, buyer),
+    )
+    assert bought.status_code == 202, bought.text
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
+    gateway: str, live_stack: Settings, redis: RedisCluster, db: asyncpg.Pool, router: ShardRouter
+) -> None:
+    sale, item, _ = _room_sale(gateway, 2, opens_in_s=-1, rate=2, window_s=1)
+    buyers = [next(_users) for _ in range(8)]
+    meta = f"{{room:{sale}}}:meta"
+    async with aiohttp.ClientSession(gateway) as session:
+        c = Client(session, live_stack, sale, item)
+        tickets = []
+        for b in buyers:  # after the start: places 1..8, first-come
+            _, joined = await c.join(b)
+            tickets.append(joined["ticket"])
+        first = [await c.admitted(t) for t in tickets[:3]]
+        assert [a["place"] for a in first] == [1, 2, 3]
+        for b, a in zip(buyers[:2], first[:2], strict=True):
+            assert (await c.buy(b, a["admission"]))[0] == 202
+        # Sold out: the frontier stops where it is, those places are spent.
+        spent = await _until(lambda: redis.hget(meta, "spent"))
+        assert 3 <= spent < 8
+        assert (await c.poll(tickets[spent]))[0] == 410  # the next one, waiting: sold out
+        assert await _orders_in_db(db, item, 2) == 2
+        await asyncio.sleep(1.0)  # the 1 s payment window runs out
+        assert await expire_once(db, router) >= 2  # (and any other test's due orders)
+        # Both units are offered to the next two places, in queue order, and to nobody else.
+        nxt = [await c.admitted(t) for t in tickets[spent : spent + 2]]
+        assert [a["place"] for a in nxt] == [spent + 1, spent + 2]
+        status, body, _ = await c.poll(tickets[spent + 2]) if spent + 2 < 8 else (200, {}, 0)
+        assert status == 200 and body.get("state", "WAITING") == "WAITING", body
+        late_admission = first[2]["admission"]  # place 3, admitted before the sell-out
+        assert await c.buy(buyers[2], late_admission) == (403, {"error": "ADMISSION_REQUIRED"})
+        for b, a in zip(buyers[spent : spent + 2], nxt, strict=True):
+            status, answer = await c.buy(b, a["admission"])
+            assert status == 202, answer
+        assert _units_left(gateway, item) == 0
+
+
+async def _until(read: Any, timeout_s: float = 10) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await read()
+        if value is not None:
+            return int(value)
+        await asyncio.sleep(0.05)
+    raise AssertionError("never set")
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_a_forged_ticket_is_refused_by_the_gateway(
+    gateway: str, live_stack: Settings
+) -> None:
+    sale, _, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
+    buyer = next(_users)
+    forged = Signer("not-the-secret").ticket(Ticket(buyer, sale, 1, 0))
+    async with aiohttp.ClientSession(gateway) as session:
+        c = Client(session, live_stack, sale, 0)
+        status, body, _ = await c.poll(forged)
+        assert (status, body) == (401, {"error": "INVALID_TICKET"})
+        _, joined = await c.join(buyer)
+        altered = joined["ticket"].replace(f".{joined['place']}.", f".{joined['place'] + 1}.", 1)
+        assert (await c.poll(altered))[:2] == (401, {"error": "INVALID_TICKET"})
+        status, body, _ = await Client(session, live_stack, sale + 10**9, 0).poll(joined["ticket"])
+        assert status == 404, body
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_joining_asks_the_sales_proof_of_work(gateway: str, live_stack: Settings) -> None:
+    sale, _, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100, pow_bits=10)
+    buyer = next(_users)
+    async with aiohttp.ClientSession(gateway) as session:
+        c = Client(session, live_stack, sale, 0)
+        refused = (403, {"error": "PROOF_OF_WORK_REQUIRED", "difficulty": 10})
+        assert await c.join(buyer) == refused
+        assert await c.join(buyer, proof.solve(sale, buyer + 1, 10)) == refused  # another's
+        status, body = await c.join(buyer, proof.solve(sale, buyer, 10))
+        assert status == 200 and body["place"] == 1, body
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_tickets_and_admissions_outlive_a_gateway_restart(
+    gateway: str, live_stack: Settings
+) -> None:
+    sale, item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
+    first, second = next(_users), next(_users)
+    port = ROOM_PORT + 1
+    with running_gateway(live_stack, port, **_ENV) as base:
+        async with aiohttp.ClientSession(base) as session:
+            c = Client(session, live_stack, sale, item)
+            tickets = [(await c.join(b))[1]["ticket"] for b in (first, second)]
+            admission = (await c.admitted(tickets[0]))["admission"]
+    with running_gateway(live_stack, port, **_ENV) as base:  # a new process, nothing kept
+        async with aiohttp.ClientSession(base) as session:
+            c = Client(session, live_stack, sale, item)
+            assert (await c.buy(first, admission))[0] == 202  # the old admission
+            status, body, _ = await c.poll(tickets[1])  # the old ticket
+            assert status == 200 and body["place"] == 2, body
+            assert (await c.join(second))[1]["ticket"] == tickets[1]  # the same one again
+            assert (await c.admitted(tickets[1]))["place"] == 2
