@@ -60,6 +60,7 @@ def _ecma(pattern: str) -> str:
 
 _DIGITS_ID = {"type": "integer", "minimum": 1, "maximum": 10**15 - 1}
 _ITEM = {"item_id": _DIGITS_ID}
+_SALE = {"sale_id": _DIGITS_ID}
 _ORDER = {"order_id": {"type": "string", "format": "uuid"}}
 _CODE = {"code": {"type": "string", "pattern": _ecma(CODE_PATTERN)}}
 _RESERVATION = {**_CODE, "order_id": {"type": "string", "pattern": _ecma(ORDER_ID_PATTERN)}}
@@ -97,7 +98,7 @@ OPERATIONS: tuple[Operation, ...] = (
         (202, bodies.OrderAccepted),
         {
             401: ("UNAUTHORIZED",),
-            403: ("SALE_NOT_OPEN",),
+            403: ("SALE_NOT_OPEN", "ADMISSION_REQUIRED"),
             404: ("ITEM_NOT_FOUND",),
             409: ("ALREADY_PURCHASED",),
             410: ("SOLD_OUT",),
@@ -106,6 +107,38 @@ OPERATIONS: tuple[Operation, ...] = (
         },
         auth="buyer",
         parameters=_ITEM,
+    ),
+    Operation(
+        "post",
+        "/api/flash-sales/sales/{sale_id}/queue",
+        "Join a sale's waiting room: a signed ticket (the same one when joining again)",
+        "buyer",
+        (200, bodies.QueueTicket),
+        {
+            401: ("UNAUTHORIZED",),
+            403: ("SALE_NOT_OPEN", "PROOF_OF_WORK_REQUIRED"),
+            404: ("SALE_NOT_FOUND",),
+            410: ("SOLD_OUT",),
+            **_LIMITED,
+            **_UNAVAILABLE,
+        },
+        auth="buyer",
+        parameters=_SALE,
+    ),
+    Operation(
+        "get",
+        "/api/flash-sales/sales/{sale_id}/queue",
+        "Poll a waiting-room ticket (X-Queue-Ticket): WAITING with Retry-After, or ADMITTED",
+        "buyer",
+        (200, bodies.QueueStatus),
+        {
+            401: ("INVALID_TICKET",),
+            404: ("SALE_NOT_FOUND",),
+            410: ("SOLD_OUT",),
+            **_LIMITED,
+            **_UNAVAILABLE,
+        },
+        parameters=_SALE,
     ),
     Operation(
         "get",
@@ -178,7 +211,7 @@ OPERATIONS: tuple[Operation, ...] = (
             **_UNAVAILABLE,
         },
         auth="admin",
-        parameters={"sale_id": _DIGITS_ID},
+        parameters=_SALE,
     ),
     Operation(
         "get",
