@@ -12,12 +12,15 @@ import statistics
 import sys
 import time
 from collections import Counter
+from typing import Any
 
 import aiohttp
 import asyncpg
 import uvloop
 
+from flashsale.observe.fairness import write_fairness
 from flashsale.observe.report import write_report
+from flashsale.room_buyers import RoomClient
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from gateway.auth import sign_token
 from jobs.reconcile import reconcile, render_table
@@ -25,23 +28,27 @@ from kernel.settings import Settings
 from shard_router import ShardRouter
 
 DEMO_PORT = 18188
+ROOM_LEAD_S = 10  # --waiting-room: the sale starts this long after the crowd starts joining
 READY_TIMEOUT_S = 30.0
 # Every demo buyer comes from 127.0.0.1: the per-IP bucket would stop the crowd.
 LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
 
 
 async def _create_sale(
-    session: aiohttp.ClientSession, cfg: Settings, units: int, shards: int
+    session: aiohttp.ClientSession, cfg: Settings, units: int, shards: int, room: bool
 ) -> tuple[int, int]:
-    """(sale id, item id) of a one-item sale, created and armed through the admin API."""
+    """(sale id, item id) of a one-item sale, created and armed through the admin API; with a
+    waiting room it starts ROOM_LEAD_S from now, so part of the crowd joins before."""
     admin = {"Authorization": f"Bearer {cfg.admin_token}"}
     now = dt.datetime.now(dt.UTC)
-    body = {
+    body: dict[str, Any] = {
         "name": "demo",
-        "startsAt": now.isoformat(),
+        "startsAt": (now + dt.timedelta(seconds=ROOM_LEAD_S if room else 0)).isoformat(),
         "endsAt": (now + dt.timedelta(hours=1)).isoformat(),
         "items": [{"productId": "demo-sku", "quantity": units, "price": 9900, "shards": shards}],
     }
+    if room:
+        body["waitingRoom"] = {}  # the gateway's default admission rate, no proof of work
     async with session.post("/admin/sales", json=body, headers=admin) as response:
         sale = await response.json()
         assert response.status == 201, sale
@@ -92,6 +99,53 @@ async def _spike(
     return statuses, latencies, elapsed
 
 
+async def _room_spike(
+    session: aiohttp.ClientSession, cfg: Settings, sale_id: int, item_id: int, buyers: int
+) -> tuple[Counter[int], list[float], float]:
+    """The crowd through the waiting room: each buyer joins (those before the start draw a
+    random place at it), polls honouring Retry-After and buys once admitted. Answers are each
+    buyer's last (202, or 410 once sold out); latencies from joining to that answer."""
+    first_user = int(time.time() * 1000) * 1000
+    client = RoomClient(session, cfg, sale_id, item_id)
+    statuses: Counter[int] = Counter()
+    latencies: list[float] = []
+    held_at: list[float] = []
+
+    # The crowd arrives over time rather than in one instant: one gateway process sheds a
+    # 5,000-join burst (503 OVERLOADED) and the herd's retries come back together.
+    joining = asyncio.Semaphore(64)
+
+    async def buyer(user: int) -> None:
+        started = time.perf_counter()
+        async with joining:
+            status, body = await client.join(user)
+        if status == 200:
+            outcome = await client.wait_and_buy(user, body["ticket"], held_at, timeout_s=300)
+            status = outcome.last or status
+            if outcome.bought == 202 and not outcome.admitted:
+                status = 0  # never: the gateway refuses a purchase without an admission
+        statuses[status] += 1
+        latencies.append(time.perf_counter() - started)
+
+    async def progress() -> None:
+        while True:
+            await asyncio.sleep(1)
+            print(
+                f"\r  room: {sum(statuses.values())}/{buyers} done (202: {statuses[202]}, "
+                f"410: {statuses[410]})",
+                end="",
+                flush=True,
+            )
+
+    started = time.perf_counter()
+    ticker = asyncio.create_task(progress())
+    await asyncio.gather(*(buyer(first_user + i) for i in range(buyers)))
+    ticker.cancel()
+    elapsed = time.perf_counter() - started
+    print(f"\r  room: {buyers}/{buyers} done in {elapsed:.1f}s{' ' * 30}")
+    return statuses, latencies, elapsed
+
+
 async def _drain(pool: asyncpg.Pool, item_id: int, accepted: int, timeout_s: float) -> float:
     started = time.perf_counter()
     while time.perf_counter() - started < timeout_s:
@@ -108,16 +162,23 @@ def _percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000)[int(q * 1000) - 1] if len(values) > 1 else 0.0
 
 
-async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
+async def _sale(cfg: Settings, buyers: int, units: int, shards: int, room: bool) -> int:
     base = f"http://127.0.0.1:{DEMO_PORT}"
     connector = aiohttp.TCPConnector(limit=256)
     async with aiohttp.ClientSession(base, connector=connector) as session:
-        sale_id, item_id = await _create_sale(session, cfg, units, shards)
+        sale_id, item_id = await _create_sale(session, cfg, units, shards, room)
         print(
             f"demo: sale armed, item {item_id}: {units} units over {shards} shards; "
-            f"{buyers} buyers press Buy"
+            + (
+                f"{buyers} buyers join its waiting room, {ROOM_LEAD_S}s before the start"
+                if room
+                else f"{buyers} buyers press Buy"
+            )
         )
-        statuses, latencies, elapsed = await _spike(session, cfg, item_id, buyers)
+        if room:
+            statuses, latencies, elapsed = await _room_spike(session, cfg, sale_id, item_id, buyers)
+        else:
+            statuses, latencies, elapsed = await _spike(session, cfg, item_id, buyers)
     pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=4)
     router = ShardRouter(cfg)
     await router.start()
@@ -135,6 +196,8 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
         )
         # The post-sale report: Prometheus scraped the demo's gateway and writer.
         png, summary = await write_report(cfg, pool, sale_id)
+        if room:
+            summary += (await write_fairness(cfg, pool, router, sale_id))[2]
     finally:
         await router.close()
         await pool.close()
@@ -147,7 +210,8 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
     print(f"  answers         {codes}")
     print(
         f"  latency         p50 {_percentile(latencies, 0.5) * 1000:.1f} ms, "
-        f"p99 {_percentile(latencies, 0.99) * 1000:.1f} ms (closed loop)"
+        f"p99 {_percentile(latencies, 0.99) * 1000:.1f} ms "
+        + ("(join to last answer)" if room else "(closed loop)")
     )
     print(f"  units sold      {sold} of {units}")
     print(f"  orders in db    {stored} (writer drained {drained:.1f}s after the spike)")
@@ -165,12 +229,14 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int) -> int:
         and statuses[202] <= stored
         and twice == 0
         and not set(statuses) - {202, 409, 410, 429, 503}
-    )
+    )  # with a room, status 0 (a 202 without an admission) fails it too
     print("demo: OK — sold exactly the stock, every 202 is one order" if ok else "demo: FAILED")
     return 0 if ok else 1
 
 
-def run_demo(cfg: Settings, *, buyers: int, units: int, shards: int) -> int:
+def run_demo(
+    cfg: Settings, *, buyers: int, units: int, shards: int, waiting_room: bool = False
+) -> int:
     env = settings_env(gateway_port=DEMO_PORT, **LIFTED_IP_LIMITS)
     cfg.log_dir.mkdir(parents=True, exist_ok=True)
     writer_log, gateway_log = cfg.log_dir / "demo-writer.log", cfg.log_dir / "demo-gateway.log"
@@ -184,4 +250,4 @@ def run_demo(cfg: Settings, *, buyers: int, units: int, shards: int) -> int:
     ):
         ready = http_ready(f"http://127.0.0.1:{DEMO_PORT}/readyz")
         wait_ready(gateway, ready, READY_TIMEOUT_S, "the gateway", gateway_log)
-        return uvloop.run(_sale(cfg, buyers, units, shards))
+        return uvloop.run(_sale(cfg, buyers, units, shards, waiting_room))

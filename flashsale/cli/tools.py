@@ -23,7 +23,13 @@ def _demo(args: argparse.Namespace, cfg: Settings) -> int:
     # The demo's item obeys the API's item rules; its other fields do not come from options.
     item = {"productId": "demo", "quantity": args.units, "price": 0, "shards": args.shards}
     convert(item, NewItem, {"$.quantity": "--units", "$.shards": "--shards"})
-    return run_demo(cfg, buyers=args.buyers, units=args.units, shards=args.shards)
+    return run_demo(
+        cfg,
+        buyers=args.buyers,
+        units=args.units,
+        shards=args.shards,
+        waiting_room=args.waiting_room,
+    )
 
 
 def _token(args: argparse.Namespace, cfg: Settings) -> int:
@@ -49,6 +55,12 @@ def add_demo(sub: Subcommands) -> None:
     )
     p.add_argument(
         "--shards", type=integer, default=4, help="Redis stock shards, 1-256 (default: %(default)s)"
+    )
+    p.add_argument(
+        "--waiting-room",
+        action="store_true",
+        help="the sale has a waiting room (docs/waiting-room.md): the crowd joins, polls and "
+        "buys when admitted; ends with the fairness report",
     )
 
 

@@ -13,7 +13,6 @@ import math
 import time
 
 from msgspec import UNSET
-from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -75,7 +74,7 @@ async def join(request: Request) -> Response:
             await _rooms(request).ensure_placed(room, now)
         address = request.app.state.client_address.of(request.scope)
         joined = await queue.join(s.router.client, room.sale, buyer, int(now * 1000), address)
-    except RedisError:
+    except queue.FAILURES:
         raise Unavailable() from None
     ticket = _signer(request).ticket(Ticket(buyer, room.sale, *joined))
     return json_response(bodies.QueueTicket(ticket, _moment(room.starts_at), joined[0] or UNSET))
@@ -95,7 +94,7 @@ async def poll(request: Request) -> Response:
     if ticket.place == 0:
         try:
             found = await queue.place_of(services(request).router.client, room.sale, ticket.buyer)
-        except RedisError:
+        except queue.FAILURES:
             raise Unavailable() from None
         if found is None:
             raise Unauthorized("INVALID_TICKET")  # signed, but its queue is gone

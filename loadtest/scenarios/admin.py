@@ -62,6 +62,7 @@ def new_sale(
     hours: float = 2.0,
     payment_window_s: int = 600,
     name: str = "loadtest",
+    waiting_room: bool = False,
 ) -> dict[str, Any]:
     """Create a sale of ``items`` opening at ``opens_at`` and arm it (Redis warm-up); the
     created sale as the API answered it (``saleId``, ``items`` with ``itemId`` and ``shards``)."""
@@ -80,6 +81,8 @@ def new_sale(
             for i in items
         ],
     }
+    if waiting_room:
+        body["waitingRoom"] = {}  # the gateway's default admission rate
     with _client(base_url, cfg) as http:
         sale: dict[str, Any] = _expect(http.post("/admin/sales", json=body), 201, "create sale")
         sale_id = sale["saleId"]
@@ -97,6 +100,7 @@ def create_sale(
     hours: float = 2.0,
     payment_window_s: int = 600,
     name: str = "loadtest",
+    waiting_room: bool = False,
 ) -> SaleItem:
     """Create a sale of one item opening at ``opens_at`` and arm it (Redis warm-up)."""
     item = NewItem(f"{name}-sku", units, shards)
@@ -108,6 +112,7 @@ def create_sale(
         hours=hours,
         payment_window_s=payment_window_s,
         name=name,
+        waiting_room=waiting_room,
     )
     made = sale["items"][0]
     return SaleItem(sale["saleId"], made["itemId"], units, made["shards"], opens_at)

@@ -24,6 +24,19 @@ PURCHASE: Expected = {
     410: frozenset({"SOLD_OUT"}),
     429: frozenset({"RATE_LIMITED"}),
 }
+# With a waiting room (docs/waiting-room.md): a purchase needs the buyer's admission.
+ROOM_PURCHASE: Expected = {**PURCHASE, 403: frozenset({"SALE_NOT_OPEN", "ADMISSION_REQUIRED"})}
+QUEUE_JOIN: Expected = {
+    200: frozenset({""}),
+    403: frozenset({"PROOF_OF_WORK_REQUIRED"}),
+    410: frozenset({"SOLD_OUT"}),
+    429: frozenset({"RATE_LIMITED"}),
+}
+QUEUE_POLL: Expected = {
+    200: frozenset({""}),
+    410: frozenset({"SOLD_OUT"}),
+    429: frozenset({"RATE_LIMITED"}),
+}
 ORDER: Expected = {200: frozenset({"PENDING", "PAID", "EXPIRED", "CANCELLED", "FAILED"})}
 PAY: Expected = {
     200: frozenset({"PAID"}),

@@ -22,7 +22,9 @@ from loadtest.scenarios.shoppers import RetryStorm
 
 log = logging.getLogger(__name__)
 
-PURCHASE_CLASSES = frozenset({"FlashSaleSpike", "SteadyShopper", "RetryStorm", "BotMix"})
+PURCHASE_CLASSES = frozenset(
+    {"FlashSaleSpike", "SteadyShopper", "RetryStorm", "BotMix", "RoomShopper", "RoomBotMix"}
+)
 VOUCHER_CLASSES = frozenset({"VoucherBurst"})
 SUMMARY_DELAY_S = 4.0  # a master waits for the workers' last stats reports (every 3 s)
 

@@ -25,6 +25,12 @@ class Options:
     opens_at: float = _option(
         0.0, "epoch seconds the given item's sale opens (buyers wait for it); 0: already open"
     )
+    sale_id: int = _option(
+        0, "the given item's sale: the waiting-room scenarios join its queue (RoomShopper)"
+    )
+    waiting_room: bool = _option(
+        False, "a sale created at test start has a waiting room (docs/waiting-room.md)"
+    )
     units: int = _option(2000, "units of a sale created at test start")
     shards: int = _option(4, "stock shards of a sale created at test start")
     opens_in: float = _option(3.0, "a sale created at test start opens this many seconds later")

@@ -35,6 +35,7 @@ class Run:
     buyers: int  # FlashSaleSpike's crowd, over all workers
     workers: int
     id_base: int
+    sale_id: int = 0  # the item's sale (0: not known; the waiting-room scenarios need it)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +56,7 @@ def resolve(
 ) -> Run:
     """The run's target: the given item and voucher, or fresh ones made through the admin API."""
     item_id, opens_at, voucher = opts.item_id, opts.opens_at, opts.voucher
+    sale_id = opts.sale_id
     if wants_item and not item_id:
         if base_url is None:
             raise admin.AdminError("no --host: cannot create a sale")
@@ -64,8 +66,9 @@ def resolve(
             units=opts.units,
             shards=opts.shards,
             opens_at=time.time() + opts.opens_in,
+            waiting_room=opts.waiting_room,
         )
-        item_id, opens_at = sale.item_id, sale.opens_at
+        item_id, opens_at, sale_id = sale.item_id, sale.opens_at, sale.sale_id
         log.info(
             "created sale %s: item %s, %s units over %s shards, opens in %.1fs",
             sale.sale_id,
@@ -84,6 +87,7 @@ def resolve(
         log.info("created flash voucher %s: %s uses", voucher, opts.voucher_limit)
     return Run(
         item_id=item_id,
+        sale_id=sale_id,
         voucher=voucher,
         opens_at=opens_at,
         buyers=opts.buyers,

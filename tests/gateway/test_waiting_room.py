@@ -20,8 +20,8 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from flashsale.observe.fairness import spearman
+from flashsale.room_buyers import RoomClient
 from flashsale.stack.processes import settings_env
-from gateway.auth import sign_token
 from gateway.waiting_room import proof, queue
 from gateway.waiting_room.tickets import Signer, Ticket
 from jobs.expiry import expire_once
@@ -92,47 +92,7 @@ def _room_sale(
     return sale["saleId"], sale["items"][0]["itemId"], starts.timestamp()
 
 
-class Client:
-    def __init__(self, session: aiohttp.ClientSession, cfg: Settings, sale: int, item: int):
-        self.session, self.cfg, self.sale, self.item = session, cfg, sale, item
-
-    async def join(self, buyer: int, nonce: str | None = None) -> tuple[int, Any]:
-        headers = _auth(self.cfg, buyer)
-        if nonce is not None:
-            headers["X-Queue-Proof"] = nonce
-        status, body, _ = await self._send(
-            "POST", f"/api/flash-sales/sales/{self.sale}/queue", headers
-        )
-        return status, body
-
-    async def poll(self, ticket: str) -> tuple[int, Any, int]:
-        path = f"/api/flash-sales/sales/{self.sale}/queue"
-        return await self._send("GET", path, {"X-Queue-Ticket": ticket})
-
-    async def buy(self, buyer: int, admission: str | None) -> tuple[int, Any]:
-        headers = _auth(self.cfg, buyer)
-        if admission is not None:
-            headers["X-Admission"] = admission
-        status, body, _ = await self._send(
-            "POST", f"/api/flash-sales/items/{self.item}/purchase", headers
-        )
-        return status, body
-
-    async def _send(self, method: str, path: str, headers: dict[str, str]) -> tuple[int, Any, int]:
-        """One request, sent again as a client would: after a 503's Retry-After (this 2-core
-        box is shared), or when the gateway closed an idle kept-alive connection just as it
-        was reused. Every request here is idempotent: a join, a poll, a purchase."""
-        for _ in range(20):
-            try:
-                async with self.session.request(method, path, headers=headers) as r:
-                    answer = r.status, await r.json(), int(r.headers.get("retry-after", "0"))
-            except aiohttp.ServerDisconnectedError:
-                continue
-            if answer[0] != 503:
-                return answer
-            await asyncio.sleep(answer[2])
-        raise AssertionError(f"{method} {path}: no answer but 503")
-
+class Client(RoomClient):
     async def admitted(self, ticket: str, timeout_s: float = 20) -> dict[str, Any]:
         """Poll (quicker than Retry-After says, as often as the buyer's bucket allows) until
         admitted."""
@@ -145,10 +105,6 @@ class Client:
             ticket = body["ticket"]
             await asyncio.sleep(0.5)  # within the buyer's queue bucket (2/s)
         raise AssertionError("never admitted")
-
-
-def _auth(cfg: Settings, buyer: int) -> dict[str, str]:
-    return {"Authorization": f"Bearer {sign_token(cfg, buyer)}"}
 
 
 def _units_left(base: str, item: int) -> int:
@@ -188,19 +144,19 @@ async def test_5000_early_joiners_for_500_units(
         late_joins = [(await c.join(b))[1] for b in late]  # one after another
         late_places = [body["place"] for body in late_joins]
         held_at: list[float] = []
-        buyers = [asyncio.create_task(_wait_and_buy(c, b, tickets[b], held_at)) for b in early]
+        buyers = [asyncio.create_task(c.wait_and_buy(b, tickets[b], held_at)) for b in early]
         async with aiohttp.ClientSession(gateway) as watching:  # not queued behind the buyers
             watcher = Client(watching, live_stack, sale, item)
             first_410 = await _first_sold_out(watcher, [body["ticket"] for body in late_joins])
         results = await asyncio.gather(*buyers)
         # Every waiter still holding a ticket: 410 now, whatever its place.
-        losers = [b for b, r in zip(early, results, strict=True) if r["bought"] != 202]
+        losers = [b for b, r in zip(early, results, strict=True) if r.bought != 202]
         sweep = await asyncio.gather(*(c.poll(tickets[b]) for b in losers))
     assert {s for s, _, _ in sweep} == {410}, [a for a in sweep if a[0] != 410][:3]
 
-    orders = [r for r in results if r["bought"] == 202]
+    orders = [r for r in results if r.bought == 202]
     assert len(orders) == 500 and len(held_at) == 500
-    assert all(r["admitted"] for r in orders)
+    assert all(r.admitted for r in orders)
     assert _units_left(gateway, item) == 0
     assert await _orders_in_db(db, item, 500) == 500
     # 410 for the waiters within 1 s of the last unit being held.
@@ -214,34 +170,11 @@ async def test_5000_early_joiners_for_500_units(
     assert abs(rho) < 0.06, rho  # early: a uniformly random order (n=5000: sd of rho ≈ 0.014)
     assert late_places == list(range(5001, 5101))  # late: first-come, behind the early
     spent = room.spent  # the frontier when the last unit was held
-    winners = sorted(r["place"] for r in orders)
+    winners = sorted(r.place or 0 for r in orders)
     # Admitted in place order, at the sale's rate (400/s) until the last unit was held.
     assert winners[-1] <= spent <= 400 * (max(held_at) - started + 1)
-    assert all(r["last"] == 410 for r in results if r["bought"] != 202)
+    assert all(r.last == 410 for r in results if r.bought != 202)
     print(f"spearman={rho:.3f} spent={spent} 410 after {first_410 - max(held_at):.3f}s")
-
-
-async def _wait_and_buy(c: Client, buyer: int, ticket: str, held_at: list[float]) -> dict[str, Any]:
-    """A buyer who honours Retry-After: poll, and buy once admitted."""
-    out: dict[str, Any] = {"place": None, "admitted": False, "bought": None, "last": None}
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        status, body, retry = await c.poll(ticket)
-        out["last"] = status
-        if status == 410:
-            return out
-        assert status == 200, body
-        ticket = body["ticket"]
-        out["place"] = body.get("place")
-        if body["state"] == "ADMITTED":
-            out["admitted"] = True
-            out["bought"], _ = await c.buy(buyer, body["admission"])
-            if out["bought"] == 202:
-                held_at.append(time.monotonic())
-            out["last"] = out["bought"]
-            return out
-        await asyncio.sleep(retry)
-    raise AssertionError("never admitted nor sold out")
 
 
 async def _first_sold_out(c: Client, tickets: list[str]) -> float:
@@ -297,12 +230,12 @@ async def test_a_purchase_needs_the_buyers_own_admission(
     plain = new_sale(gateway, 3, 2)
     no_queue = httpx.post(
         f"{gateway}/api/flash-sales/sales/{plain['saleId']}/queue",
-        headers=_auth(live_stack, buyer),
+        headers=c.auth(buyer),
     )
     assert (no_queue.status_code, no_queue.json()) == (404, {"error": "SALE_NOT_FOUND"})
     bought = httpx.post(
         f"{gateway}/api/flash-sales/items/{plain['items'][0]['itemId']}/purchase",
-        headers=_auth(live_stack, buyer),
+        headers=c.auth(buyer),
     )
     assert bought.status_code == 202, bought.text
 
@@ -381,10 +314,11 @@ async def test_joining_asks_the_sales_proof_of_work(gateway: str, live_stack: Se
     buyer = next(_users)
     async with aiohttp.ClientSession(gateway) as session:
         c = Client(session, live_stack, sale, 0)
-        refused = (403, {"error": "PROOF_OF_WORK_REQUIRED", "difficulty": 10})
-        assert await c.join(buyer) == refused
-        assert await c.join(buyer, proof.solve(sale, buyer + 1, 10)) == refused  # another's
-        status, body = await c.join(buyer, proof.solve(sale, buyer, 10))
+        refused = (403, {"error": "PROOF_OF_WORK_REQUIRED", "difficulty": 10}, 0)
+        assert await c.send("POST", c.queue, c.auth(buyer)) == refused
+        another = {**c.auth(buyer), proof.HEADER: proof.solve(sale, buyer + 1, 10)}
+        assert await c.send("POST", c.queue, another) == refused
+        status, body = await c.join(buyer)  # solves what the refusal asks
         assert status == 200 and body["place"] == 1, body
 
 
