@@ -118,13 +118,14 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         drain.install()
         app.state.client_address = address
         app.state.limits = RouteLimits(cfg, services.ip_buckets)
-        rooms = frontier.WaitingRooms(services)
-        app.state.rooms, app.state.signer = rooms, Signer(cfg.waiting_room_secret)
+        rooms = frontier.WaitingRooms(services, Signer(cfg.waiting_room_secret))
+        app.state.rooms, app.state.signer = rooms, rooms.signer
         services.tasks += [
             asyncio.create_task(rooms.run(services.stop)),
             asyncio.create_task(frontier.listen(rooms, cfg.redis_nodes, services.stop)),
         ]  # stopped and awaited with the others' by services.close()
-        front.purchase = PurchaseHandler(services, address, rooms.spent, app.state.signer)
+        front.purchase = PurchaseHandler(services, address, rooms.spent, rooms.signer)
+        front.room_poll = routes.PollHandler(services, address, app.state.limits, rooms)
         front.admission.start()
         # A reservation allocates a few dozen tracked objects that die young: at CPython's
         # gen0 threshold of 700, collections cost ~5 µs a reservation (in-process, 20,000
@@ -187,6 +188,7 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
 class FlashSaleApp:
     inner: Starlette
     purchase: PurchaseHandler | None = None
+    room_poll: routes.PollHandler | None = None  # a waiting room's poll (gateway/waiting_room/)
 
     def __init__(self, admission: Admission, body_timeout_s: float) -> None:
         self.admission = admission
@@ -216,6 +218,17 @@ class FlashSaleApp:
                 if self.purchase is None:
                     raise RuntimeError("purchase route called before start-up")
                 await self.purchase(scope, send, path[len(PURCHASE_PREFIX) : -len(PURCHASE_SUFFIX)])
+                return
+            if (
+                scope["method"] == "GET"
+                and path.startswith(routes.QUEUE_PREFIX)
+                and path.endswith(routes.QUEUE_SUFFIX)
+                and self.room_poll is not None
+            ):
+                # Polls come every Retry-After from everyone waiting: no framework either.
+                await self.room_poll(
+                    scope, send, path[len(routes.QUEUE_PREFIX) : -len(routes.QUEUE_SUFFIX)]
+                )
                 return
             if scope["method"] in _BODY_METHODS:
                 receive = with_deadline(receive, self.body_timeout_s)

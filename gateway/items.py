@@ -32,7 +32,7 @@ class Item:
     ends_at: float
     payment_window_s: int
     armed: bool
-    waiting_room: bool  # buying needs an admission (gateway/waiting_room/)
+    waiting_room: bool = False  # buying needs an admission (gateway/waiting_room/)
 
     def is_open(self, now: float) -> bool:
         return self.armed and not self.paused and self.starts_at <= now < self.ends_at

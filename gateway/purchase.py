@@ -105,9 +105,9 @@ class PurchaseHandler:
             # hit: metrics.py exports this count in both series.)
             _count("sold_out_flag")
             return 410, SOLD_OUT_HEADERS, SOLD_OUT_BODY
-        user_id = self.s.verifier.user_id(_header(scope, b"authorization"))
+        user_id = self.s.verifier.user_id(header(scope, b"authorization"))
         if item.waiting_room and not self._signer.admits(
-            _header(scope, b"x-admission"),
+            header(scope, b"x-admission"),
             user_id,
             item.sale_id,
             now,
@@ -196,7 +196,7 @@ def _guard(guard: str) -> None:
     metrics.PURCHASE_GUARDS.counts[(guard,)] += 1
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
+def header(scope: dict[str, Any], name: bytes) -> str | None:
     for key, value in scope["headers"]:
         if key == name:
             return str(value.decode("latin-1"))

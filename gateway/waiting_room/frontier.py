@@ -22,6 +22,7 @@ from redis.asyncio import Redis
 
 from gateway.services import Services
 from gateway.waiting_room import queue
+from gateway.waiting_room.tickets import Signer
 from shard_router import ShardUnavailable
 from shard_router.stock_events import publish
 
@@ -48,8 +49,9 @@ class Room:
 
 
 class WaitingRooms:
-    def __init__(self, services: Services) -> None:
+    def __init__(self, services: Services, signer: Signer) -> None:
         self.s = services
+        self.signer = signer
         cfg = services.cfg
         self.tick_s = cfg.waiting_room_tick_ms / 1000
         self._default_rate = cfg.waiting_room_rate_per_s

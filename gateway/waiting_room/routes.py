@@ -1,9 +1,10 @@
-"""``POST`` (join) and ``GET`` (poll) ``/api/flash-sales/sales/{saleId}/queue``.
+"""``POST`` (join, a Starlette route) and ``GET`` (poll, answered by the front as the purchase
+is: no framework) ``/api/flash-sales/sales/{saleId}/queue``.
 
 A poll reads only local state — the signed ticket, the room, the sold-out flags and the pushed
 frontier — except once per early arrival: its first poll after the start reads the place it
-was given (one HGET) and hands back a ticket that carries it. Both routes count against the
-client address's bucket (before anything else) and the buyer's queue bucket.
+was given (one HGET) and hands back a ticket that carries it. Both count against the client
+address's bucket (before anything else) and the buyer's queue bucket.
 """
 
 from __future__ import annotations
@@ -11,45 +12,45 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
+from typing import Any
 
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
 from gateway import bodies
-from gateway.errors import NotAdmitted, NotFound, SaleNotOpen, SoldOut, Unauthorized, Unavailable
+from gateway.client_address import ClientAddress
+from gateway.errors import (
+    ApiError,
+    NotAdmitted,
+    NotFound,
+    SaleNotOpen,
+    SoldOut,
+    Unauthorized,
+    Unavailable,
+)
+from gateway.purchase import Answer, header
+from gateway.ratelimit import RouteLimits
 from gateway.requests import database_id, path_param, services
-from gateway.responses import json_response
+from gateway.responses import encode, json_response, raw_headers, render
+from gateway.services import Services
 from gateway.waiting_room import proof, queue
 from gateway.waiting_room.frontier import Room, WaitingRooms
 from gateway.waiting_room.tickets import Signer, Ticket
-from kernel.settings import Settings
 
-TICKET_HEADER = "x-queue-ticket"
+QUEUE_PREFIX = "/api/flash-sales/sales/"
+QUEUE_SUFFIX = "/queue"
+TICKET_HEADER = b"x-queue-ticket"
 _REFRESH_EVERY_S = 1.0  # an unknown sale re-reads the rooms at most this often
-
-
-def _rooms(request: Request) -> WaitingRooms:
-    found: WaitingRooms = request.app.state.rooms
-    return found
-
-
-def _signer(request: Request) -> Signer:
-    found: Signer = request.app.state.signer
-    return found
 
 
 def _moment(epoch_s: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(epoch_s, dt.UTC)
 
 
-async def _room(request: Request) -> Room:
-    limits = request.app.state.limits
-    limits.per_address.check(request.app.state.client_address.of(request.scope))
-    sale = path_param(request, "sale_id", database_id, "SALE_NOT_FOUND")
-    rooms = _rooms(request)
-    room = rooms.rooms.get(sale)
-    if room is None:
+async def _open_room(rooms: WaitingRooms, sale: int | None) -> Room:
+    room = None if sale is None else rooms.rooms.get(sale)
+    if room is None and sale is not None:
         await rooms.refresh_soon(_REFRESH_EVERY_S)
         room = rooms.rooms.get(sale)
     if room is None:
@@ -60,10 +61,15 @@ async def _room(request: Request) -> Room:
 
 
 async def join(request: Request) -> Response:
-    room = await _room(request)
+    state = request.app.state
+    limits: RouteLimits = state.limits
+    address = state.client_address.of(request.scope)
+    limits.per_address.check(address)
+    rooms: WaitingRooms = state.rooms
+    room = await _open_room(rooms, path_param(request, "sale_id", database_id, "SALE_NOT_FOUND"))
     s = services(request)
     buyer = s.verifier.user_id(request.headers.get("authorization"))
-    request.app.state.limits.queue.check(buyer)
+    limits.queue.check(buyer)
     now = time.time()
     if now >= room.ends_at:
         raise SaleNotOpen()
@@ -71,70 +77,94 @@ async def join(request: Request) -> Response:
         raise NotAdmitted("PROOF_OF_WORK_REQUIRED", difficulty=room.pow_difficulty)
     try:
         if now >= room.starts_at:
-            await _rooms(request).ensure_placed(room, now)
-        address = request.app.state.client_address.of(request.scope)
+            await rooms.ensure_placed(room, now)
         joined = await queue.join(s.router.client, room.sale, buyer, int(now * 1000), address)
     except queue.FAILURES:
         raise Unavailable() from None
-    ticket = _signer(request).ticket(Ticket(buyer, room.sale, *joined))
+    signer: Signer = state.signer
+    ticket = signer.ticket(Ticket(buyer, room.sale, *joined))
     return json_response(bodies.QueueTicket(ticket, _moment(room.starts_at), joined[0] or UNSET))
 
 
-async def poll(request: Request) -> Response:
-    room = await _room(request)
-    signer = _signer(request)
-    ticket = signer.read_ticket(request.headers.get(TICKET_HEADER))
-    if ticket is None or ticket.sale != room.sale:
-        raise Unauthorized("INVALID_TICKET")
-    request.app.state.limits.queue.check(ticket.buyer)
-    cfg = services(request).cfg
-    now = time.time()
-    if now < room.starts_at:
-        return _waiting(ticket, signer, None, math.ceil(room.starts_at - now), cfg)
-    if ticket.place == 0:
+class PollHandler:
+    """The poll as a raw ASGI handler: the front (gateway/app.py) calls it with the sale id's
+    text from the path."""
+
+    def __init__(
+        self, services: Services, address: ClientAddress, limits: RouteLimits, rooms: WaitingRooms
+    ) -> None:
+        self.s = services
+        self._address = address
+        self._limits = limits
+        self._rooms = rooms
+        self._signer = rooms.signer
+        self._admission_s = services.cfg.waiting_room_admission_s
+        self._max_retry_s = services.cfg.waiting_room_max_retry_after_s
+
+    async def __call__(self, scope: dict[str, Any], send: Any, sale_text: str) -> None:
         try:
-            found = await queue.place_of(services(request).router.client, room.sale, ticket.buyer)
-        except queue.FAILURES:
-            raise Unavailable() from None
-        if found is None:
-            raise Unauthorized("INVALID_TICKET")  # signed, but its queue is gone
-        ticket = Ticket(ticket.buyer, ticket.sale, *found)
+            status, headers, body = await self._answer(scope, sale_text)
+        except ApiError as error:
+            status, headers, body = render(error)
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _answer(self, scope: dict[str, Any], sale_text: str) -> Answer:
+        self._limits.per_address.check(self._address.of(scope))
+        room = await _open_room(self._rooms, database_id(sale_text))
+        text = header(scope, TICKET_HEADER)
+        ticket = self._signer.read_ticket(text)
+        if text is None or ticket is None or ticket.sale != room.sale:
+            raise Unauthorized("INVALID_TICKET")
+        self._limits.queue.check(ticket.buyer)
+        now = time.time()
+        if now < room.starts_at:
+            return self._waiting(ticket, text, None, math.ceil(room.starts_at - now))
         if ticket.place == 0:
-            return _waiting(ticket, signer, None, 1, cfg)  # being placed right now
-    rooms = _rooms(request)
-    if ticket.place <= rooms.spent.get(room.sale, 0):
-        raise SoldOut()  # admitted before a sell-out, or let a re-offer run out: this one is over
-    frontier = rooms.frontier.get(room.sale, 0)
-    if ticket.place <= frontier:
-        expires = int(now) + cfg.waiting_room_admission_s
-        admission = signer.admission(ticket.buyer, room.sale, ticket.place, expires)
-        return json_response(
-            bodies.QueueStatus(
+            try:
+                found = await queue.place_of(self.s.router.client, room.sale, ticket.buyer)
+            except queue.FAILURES:
+                raise Unavailable() from None
+            if found is None:
+                raise Unauthorized("INVALID_TICKET")  # signed, but its queue is gone
+            ticket = Ticket(ticket.buyer, ticket.sale, *found)
+            text = self._signer.ticket(ticket)  # now with its place
+            if ticket.place == 0:
+                return self._waiting(ticket, text, None, 1)  # being placed right now
+        if ticket.place <= self._rooms.spent.get(room.sale, 0):
+            raise SoldOut()  # admitted before a sell-out, or let a re-offer run out: over
+        frontier = self._rooms.frontier.get(room.sale, 0)
+        if ticket.place <= frontier:
+            expires = int(now) + self._admission_s
+            admission = self._signer.admission(ticket.buyer, room.sale, ticket.place, expires)
+            status = bodies.QueueStatus(
                 "ADMITTED",
-                signer.ticket(ticket),
+                text,
                 ticket.place,
                 admission=admission,
                 admission_expires_at=_moment(expires),
             )
+            body = encode(status)
+            return 200, raw_headers(body), body
+        ahead = ticket.place - frontier - 1
+        return self._waiting(ticket, text, ahead, math.ceil(ahead / room.rate))
+
+    def _waiting(self, ticket: Ticket, text: str, ahead: int | None, wait_s: int) -> Answer:
+        """Still waiting; the client must poll again after Retry-After (capped, so an estimate
+        that shrinks as others drop out is noticed). ``text``: the ticket as signed."""
+        retry = max(1, min(wait_s, self._max_retry_s))
+        status = bodies.QueueStatus(
+            "WAITING",
+            text,
+            ticket.place or UNSET,
+            UNSET if ahead is None else ahead,
+            wait_s,
+            retry,
         )
-    ahead = ticket.place - frontier - 1
-    return _waiting(ticket, signer, ahead, math.ceil(ahead / room.rate), cfg)
+        body = encode(status)
+        return 200, raw_headers(body, retry), body
 
 
-def _waiting(
-    ticket: Ticket, signer: Signer, ahead: int | None, wait_s: int, cfg: Settings
-) -> Response:
-    """Still waiting; the client must poll again after Retry-After (capped, so an estimate
-    that shrinks as others drop out is noticed)."""
-    retry = max(1, min(wait_s, cfg.waiting_room_max_retry_after_s))
-    body = bodies.QueueStatus(
-        "WAITING",
-        signer.ticket(ticket),
-        ticket.place or UNSET,
-        UNSET if ahead is None else ahead,
-        wait_s,
-        retry,
-    )
-    response = json_response(body)
-    response.headers["retry-after"] = str(retry)
-    return response
+async def poll(request: Request) -> Response:
+    """Never reached: the front answers every GET of the queue (documented as this route)."""
+    raise NotFound()

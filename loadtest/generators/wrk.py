@@ -44,10 +44,16 @@ def run(
     core: int | str,
     tokens: tuple[Path, int, int] | None = None,
     threads: int = 1,
+    get_headers: dict[str, str] | None = None,
 ) -> WrkResult:
     """One wrk run of POSTs to ``url``; with ``tokens`` (file, first line, count) each request
-    carries the next buyer token of that slice (each thread its own share of it)."""
+    carries the next buyer token of that slice (each thread its own share of it); with
+    ``get_headers``, GETs carrying those headers instead."""
     script = SCRIPTS / ("post_tokens.lua" if tokens else "post.lua")
+    headers: list[str] = []
+    if get_headers is not None:
+        script = SCRIPTS / "get.lua"
+        headers = [f"-H{name}: {value}" for name, value in get_headers.items()]
     argv = [
         "wrk",
         f"-t{threads}",
@@ -55,6 +61,7 @@ def run(
         f"-d{max(1, round(duration_s))}s",
         f"--timeout={TIMEOUT_S}s",
         "--latency",
+        *headers,
         "-s",
         str(script),
         url,
