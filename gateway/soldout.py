@@ -95,27 +95,40 @@ async def keep_fresh(
 
 
 async def listen(flags: SoldOutFlags, nodes: tuple[str, ...], stop: asyncio.Event) -> None:
-    """Apply broadcasts to the local flags; reconnect to another node when one goes away.
+    """Apply stock broadcasts to the local flags (see ``follow``)."""
 
-    PUBLISH on a cluster reaches every node, so any one node is enough to subscribe to.
-    """
+    def apply(data: bytes) -> None:
+        event, _, item = data.decode().partition(":")
+        if event == "soldout":
+            flags.mark(int(item))
+        elif event == "restock":
+            flags.clear(int(item))
+
+    await follow(CHANNEL, nodes, stop, apply, "stock-event")
+
+
+async def follow(
+    channel: str,
+    nodes: tuple[str, ...],
+    stop: asyncio.Event,
+    apply: Callable[[bytes], None],
+    what: str,
+) -> None:
+    """Hand every message on ``channel`` to ``apply``; reconnect to another node when one goes
+    away. PUBLISH on a cluster reaches every node, so any one node is enough to subscribe to.
+    (The sold-out flags' and the waiting rooms' frontier use it.)"""
     while not stop.is_set():
         host, port = random.choice(nodes).rsplit(":", 1)
         client = Redis(host=host, port=int(port), socket_connect_timeout=1)
         try:
             async with client.pubsub() as pubsub:
-                await pubsub.subscribe(CHANNEL)
+                await pubsub.subscribe(channel)
                 while not stop.is_set():
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is None:
-                        continue
-                    event, _, item = message["data"].decode().partition(":")
-                    if event == "soldout":
-                        flags.mark(int(item))
-                    elif event == "restock":
-                        flags.clear(int(item))
+                    if message is not None:
+                        apply(message["data"])
         except Exception as exc:  # noqa: BLE001 - any failure: reconnect elsewhere
-            log.warning("stock-event subscription lost (%s); reconnecting", exc)
+            log.warning("%s subscription lost (%s); reconnecting", what, exc)
             await asyncio.sleep(0.5)
         finally:
             await client.aclose()

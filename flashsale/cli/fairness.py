@@ -13,16 +13,14 @@ from kernel.settings import Settings
 
 def _fairness(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale.cli.connect import run_stack
-    from flashsale.cli.errors import Failure
+    from flashsale.cli.report import drawn
     from flashsale.observe.fairness import write_fairness
 
     async def work(pool: Any, router: Any) -> list[str]:
-        try:
+        async def lines() -> list[str]:
             return (await write_fairness(cfg, pool, router, args.sale_id, args.out))[2]
-        except LookupError as exc:
-            raise Failure(str(exc)) from None
-        except ImportError as exc:  # matplotlib comes with the load tools
-            raise Failure(f"the report needs matplotlib ({exc}): pip install '.[load]'") from None
+
+        return await drawn(lines())
 
     print("\n".join(run_stack(cfg, work)))
     return 0

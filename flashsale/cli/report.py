@@ -6,6 +6,7 @@ kept the sale's series, and from the orders' timestamps in PostgreSQL always."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -13,18 +14,28 @@ from flashsale.cli.parser import Subcommands, command, integer
 from kernel.settings import Settings
 
 
+async def drawn(lines: Awaitable[list[str]]) -> list[str]:
+    """A report's lines once its PNG is drawn; one line of failure when the sale is not there
+    or matplotlib is missing (``report`` and ``fairness`` alike)."""
+    from flashsale.cli.errors import Failure
+
+    try:
+        return await lines
+    except LookupError as exc:
+        raise Failure(str(exc)) from None
+    except ImportError as exc:  # matplotlib comes with the load tools
+        raise Failure(f"the report needs matplotlib ({exc}): pip install '.[load]'") from None
+
+
 def _report(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale.cli.connect import run_db
-    from flashsale.cli.errors import Failure
     from flashsale.observe.report import write_report
 
     async def work(pool: Any) -> list[str]:
-        try:
+        async def lines() -> list[str]:
             return (await write_report(cfg, pool, args.sale_id, args.out))[1]
-        except LookupError as exc:
-            raise Failure(str(exc)) from None
-        except ImportError as exc:  # matplotlib comes with the load tools
-            raise Failure(f"the report needs matplotlib ({exc}): pip install '.[load]'") from None
+
+        return await drawn(lines())
 
     print("\n".join(run_db(cfg, work)))
     return 0

@@ -13,14 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from dataclasses import dataclass
 
 import asyncpg
-from redis.asyncio import Redis
 
 from gateway.services import Services
+from gateway.soldout import follow
 from gateway.waiting_room import queue
 from gateway.waiting_room.tickets import Signer
 from shard_router import ShardUnavailable
@@ -173,20 +172,10 @@ async def publish_frontier(s: Services, sale: int, frontier: int, spent: int) ->
 
 
 async def listen(rooms: WaitingRooms, nodes: tuple[str, ...], stop: asyncio.Event) -> None:
-    """Apply frontier broadcasts (as gateway/soldout.py's listener does the flags')."""
-    while not stop.is_set():
-        host, port = random.choice(nodes).rsplit(":", 1)
-        client = Redis(host=host, port=int(port), socket_connect_timeout=1)
-        try:
-            async with client.pubsub() as pubsub:
-                await pubsub.subscribe(CHANNEL)
-                while not stop.is_set():
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-                    if message is not None:
-                        sale, frontier, spent = message["data"].decode().split(":")
-                        rooms.heard(int(sale), int(frontier), int(spent))
-        except Exception as exc:  # noqa: BLE001 - any failure: reconnect elsewhere
-            log.warning("waiting-room subscription lost (%s); reconnecting", exc)
-            await asyncio.sleep(0.5)
-        finally:
-            await client.aclose()
+    """Apply frontier broadcasts, as gateway/soldout.py's listener does the flags'."""
+
+    def apply(data: bytes) -> None:
+        sale, frontier, spent = data.decode().split(":")
+        rooms.heard(int(sale), int(frontier), int(spent))
+
+    await follow(CHANNEL, nodes, stop, apply, "waiting-room")
