@@ -37,7 +37,7 @@ from gateway.services import Services
 from gateway.shutdown import Drain
 from gateway.stock_gauges import STOCK
 from gateway.waiting_room import frontier, routes
-from gateway.waiting_room.tickets import Signer
+from gateway.waiting_room.tickets import Signer, room_key
 from kernel.settings import Settings, settings
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,8 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
         drain.install()
         app.state.client_address = address
         app.state.limits = RouteLimits(cfg, services.ip_buckets)
-        rooms = frontier.WaitingRooms(services, Signer(cfg.waiting_room_secret))
+        signer = Signer(room_key(cfg.waiting_room_secret, cfg.admin_token))
+        rooms = frontier.WaitingRooms(services, signer)
         app.state.rooms, app.state.signer = rooms, rooms.signer
         services.tasks += [
             asyncio.create_task(rooms.run(services.stop)),

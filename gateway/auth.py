@@ -129,7 +129,7 @@ def sign_token(
 
 
 # The settings that hold secrets, and when each one is in use.
-_SECRETS = ("jwt_secret", "admin_token", "service_token", "waiting_room_secret")
+_SECRETS = ("jwt_secret", "admin_token", "service_token")
 
 
 def refuse_dev_secrets(cfg: Settings) -> None:

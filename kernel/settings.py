@@ -222,8 +222,10 @@ class Settings:
 
     # Waiting room (issue 16; gateway/waiting_room/), a per-sale option. Tickets and admissions
     # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
-    # restarted one still accepts them). The frontier is advanced and broadcast every tick.
-    waiting_room_secret: str = "dev-only-waiting-room-secret-change-me-0123456789abcdef"  # noqa: S105 - local stack
+    # restarted one still accepts them). Empty: a key derived from admin_token (a secret every
+    # deployment already sets, gateway/auth.py), so turning the room on needs no new secret.
+    # The frontier is advanced and broadcast every tick.
+    waiting_room_secret: str = ""
     waiting_room_tick_ms: int = 100
     waiting_room_rate_per_s: int = 500  # admissions per second of a sale that names none
     waiting_room_admission_s: int = 120  # how long an admission lets its buyer purchase

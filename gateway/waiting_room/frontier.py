@@ -27,6 +27,7 @@ from shard_router.stock_events import publish
 
 log = logging.getLogger(__name__)
 CHANNEL = "flashsale:waiting-room"
+_SOLD_OUT_CHECK_S = 1.0  # a sold-out room asks Redis whether a unit came back this often
 _ROOMS = """
 select s.id, extract(epoch from s.starts_at)::float8 as starts_at,
        extract(epoch from s.ends_at)::float8 as ends_at, s.admission_rate_per_second as rate,
@@ -59,6 +60,7 @@ class WaitingRooms:
         self.spent: dict[int, int] = {}  # sale → places 1..n can no longer buy (purchase.py)
         self._placed: set[int] = set()  # sales whose early arrivals have their places
         self._placing = asyncio.Lock()
+        self._checked: dict[int, float] = {}  # sale → monotonic time of its last Redis tick
         self._asked_at = 0.0  # monotonic; the routes' on-demand refresh
         self._refreshing: asyncio.Future[None] | None = None
 
@@ -111,6 +113,18 @@ class WaitingRooms:
         now = time.time()
         if not room.starts_at <= now < room.ends_at:
             return
+        sale = room.sale
+        if (
+            self.sold_out(room)
+            and self.spent.get(sale, 0) >= self.frontier.get(sale, 0) > 0
+            and time.monotonic() - self._checked.get(sale, 0.0) < _SOLD_OUT_CHECK_S
+        ):
+            # Sold out and settled: hold the flags up here without I/O (a restock broadcast
+            # clears them, and the room ticks again at once); Redis is asked once a second.
+            for item_id in room.items:
+                self.s.flags.mark(item_id)
+            return
+        self._checked[sale] = time.monotonic()
         client = self.s.router.client
         await self.ensure_placed(room, now)
         left = await self._units_left(room)

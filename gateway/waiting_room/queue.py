@@ -16,9 +16,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 _SHUFFLE = random.SystemRandom()
-# What a call through the cluster client can raise when a connection breaks under load: redis-py
-# lets uvloop's RuntimeError ("the handler is closed") out of a reconnect as it is.
-FAILURES = (RedisError, OSError, RuntimeError)
+# What a call through the cluster client can raise when a connection breaks under load: besides
+# its own errors, redis-py lets a reconnect racing a disconnect out as uvloop's RuntimeError
+# ("the handler is closed") or an AttributeError (its writer already None). Each is a 503.
+FAILURES = (RedisError, OSError, RuntimeError, AttributeError)
 # A burst of joins shares the router's cluster client, whose pools are bounded: past them a
 # call fails at once (MaxConnectionsError), so joins wait their turn here instead.
 _CALLS = asyncio.Semaphore(64)

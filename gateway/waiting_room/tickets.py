@@ -26,6 +26,14 @@ class Ticket(NamedTuple):
     issued_ms: int
 
 
+def room_key(waiting_room_secret: str, admin_token: str) -> str:
+    """The signing key: the room's own secret, else one derived from the admin token (a
+    domain-separated HMAC, so a ticket's MAC never reveals or equals anything of the token)."""
+    if waiting_room_secret:
+        return waiting_room_secret
+    return hmac.digest(admin_token.encode(), b"flashsale waiting room v1", "sha256").hex()
+
+
 class Signer:
     def __init__(self, secret: str) -> None:
         self._key = secret.encode()

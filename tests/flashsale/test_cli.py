@@ -164,6 +164,7 @@ def test_help_lists_the_commands_in_the_order_of_a_sale_s_life() -> None:
         "failover-watch",
         "reconcile",
         "report",
+        "fairness",
         "voucher",
         "demo",
         "token",

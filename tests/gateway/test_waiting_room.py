@@ -23,7 +23,7 @@ from flashsale.observe.fairness import spearman
 from flashsale.room_buyers import RoomClient
 from flashsale.stack.processes import settings_env
 from gateway.waiting_room import proof, queue
-from gateway.waiting_room.tickets import Signer, Ticket
+from gateway.waiting_room.tickets import Signer, Ticket, room_key
 from jobs.expiry import expire_once
 from kernel.settings import Settings
 from shard_router import ShardRouter
@@ -55,6 +55,15 @@ def test_a_forged_or_altered_ticket_or_admission_is_refused() -> None:
     assert not signer.admits(other.admission(7, 3, 12, 2000), 7, 3, 1999.0, spent=0)
 
 
+def test_without_a_secret_of_its_own_the_room_signs_with_a_key_from_the_admin_token() -> None:
+    assert room_key("own", "admin-a") == "own"
+    derived = room_key("", "admin-a")
+    assert derived == room_key("", "admin-a") != room_key("", "admin-b")
+    assert "admin-a" not in derived
+    ticket = Signer(derived).ticket(Ticket(7, 3, 12, 1000))
+    assert Signer(room_key("", "admin-b")).read_ticket(ticket) is None
+
+
 def test_proof_of_work_is_checked_with_one_hash() -> None:
     nonce = proof.solve(5, 7, 12)
     assert proof.valid(5, 7, nonce, 12)
@@ -66,7 +75,8 @@ def test_proof_of_work_is_checked_with_one_hash() -> None:
 
 @pytest.fixture(scope="module")
 def gateway(live_stack: Settings) -> Iterator[str]:
-    with running_writer(), running_gateway(live_stack, ROOM_PORT, **_ENV) as base:
+    log = live_stack.log_dir / "test-waiting-room-gateway.log"
+    with running_writer(), running_gateway(live_stack, ROOM_PORT, log=log, **_ENV) as base:
         yield base
 
 
@@ -245,13 +255,13 @@ async def test_a_purchase_needs_the_buyers_own_admission(
 async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
     gateway: str, live_stack: Settings, redis: RedisCluster, db: asyncpg.Pool, router: ShardRouter
 ) -> None:
-    sale, item, _ = _room_sale(gateway, 2, opens_in_s=-1, rate=2, window_s=1)
-    buyers = [next(_users) for _ in range(8)]
+    sale, item, _ = _room_sale(gateway, 2, opens_in_s=-1, rate=1, window_s=1)
+    buyers = [next(_users) for _ in range(20)]
     meta = f"{{room:{sale}}}:meta"
     async with aiohttp.ClientSession(gateway) as session:
         c = Client(session, live_stack, sale, item)
         tickets = []
-        for b in buyers:  # after the start: places 1..8, first-come
+        for b in buyers:  # after the start: places 1..20, first-come
             _, joined = await c.join(b)
             tickets.append(joined["ticket"])
         first = [await c.admitted(t) for t in tickets[:3]]
@@ -260,7 +270,7 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
             assert (await c.buy(b, a["admission"]))[0] == 202
         # Sold out: the frontier stops where it is, those places are spent.
         spent = await _until(lambda: redis.hget(meta, "spent"))
-        assert 3 <= spent < 8
+        assert 3 <= spent < 18
         assert (await c.poll(tickets[spent]))[0] == 410  # the next one, waiting: sold out
         assert await _orders_in_db(db, item, 2) == 2
         await asyncio.sleep(1.0)  # the 1 s payment window runs out
@@ -268,8 +278,8 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
         # Both units are offered to the next two places, in queue order, and to nobody else.
         nxt = [await c.admitted(t) for t in tickets[spent : spent + 2]]
         assert [a["place"] for a in nxt] == [spent + 1, spent + 2]
-        status, body, _ = await c.poll(tickets[spent + 2]) if spent + 2 < 8 else (200, {}, 0)
-        assert status == 200 and body.get("state", "WAITING") == "WAITING", body
+        status, body, _ = await c.poll(tickets[spent + 2])
+        assert status == 200 and body["state"] == "WAITING", body  # the one after: not yet
         late_admission = first[2]["admission"]  # place 3, admitted before the sell-out
         assert await c.buy(buyers[2], late_admission) == (403, {"error": "ADMISSION_REQUIRED"})
         for b, a in zip(buyers[spent : spent + 2], nxt, strict=True):

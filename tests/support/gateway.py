@@ -6,6 +6,7 @@ import datetime as dt
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,9 +21,12 @@ READY_TIMEOUT_S = 30.0
 
 
 @contextmanager
-def running_gateway(cfg: Settings, port: int, **env: str) -> Iterator[str]:
+def running_gateway(
+    cfg: Settings, port: int, *, log: Path | str | None = None, **env: str
+) -> Iterator[str]:
     """A gateway on ``port`` for the block; ``env`` (``FLASHSALE_*`` names, see
-    ``settings_env``) on top of the tests' defaults. Yields its base URL."""
+    ``settings_env``, so never ``log``) on top of the tests' defaults; its output appended to
+    the file ``log`` if given. Yields its base URL."""
     environ = {
         **settings_env(
             gateway_port=port, redis_timeout_ms=REDIS_TIMEOUT_MS, gateway_drain_delay_ms=DRAIN_MS
@@ -30,7 +34,8 @@ def running_gateway(cfg: Settings, port: int, **env: str) -> Iterator[str]:
         **env,
     }
     base = f"http://{cfg.gateway_host}:{port}"
-    with process_group([sys.executable, "-m", "gateway"], env=environ) as proc:
+    out = None if log is None else Path(log)
+    with process_group([sys.executable, "-m", "gateway"], env=environ, log=out) as proc:
         wait_ready(proc, http_ready(f"{base}/readyz"), READY_TIMEOUT_S, "gateway")
         yield base
 
