@@ -27,7 +27,7 @@ from shard_router.stock_events import publish
 
 log = logging.getLogger(__name__)
 CHANNEL = "flashsale:waiting-room"
-_SOLD_OUT_CHECK_S = 1.0  # a sold-out room asks Redis whether a unit came back this often
+_QUIET_CHECK_S = 1.0  # a sold-out or idle room asks Redis this often
 _ROOMS = """
 select s.id, extract(epoch from s.starts_at)::float8 as starts_at,
        extract(epoch from s.ends_at)::float8 as ends_at, s.admission_rate_per_second as rate,
@@ -61,6 +61,7 @@ class WaitingRooms:
         self._placed: set[int] = set()  # sales whose early arrivals have their places
         self._placing = asyncio.Lock()
         self._checked: dict[int, float] = {}  # sale → monotonic time of its last Redis tick
+        self._idle: set[int] = set()  # rooms whose every joined place is admitted
         self._asked_at = 0.0  # monotonic; the routes' on-demand refresh
         self._refreshing: asyncio.Future[None] | None = None
 
@@ -114,15 +115,16 @@ class WaitingRooms:
         if not room.starts_at <= now < room.ends_at:
             return
         sale = room.sale
-        if (
-            self.sold_out(room)
-            and self.spent.get(sale, 0) >= self.frontier.get(sale, 0) > 0
-            and time.monotonic() - self._checked.get(sale, 0.0) < _SOLD_OUT_CHECK_S
-        ):
-            # Sold out and settled: hold the flags up here without I/O (a restock broadcast
-            # clears them, and the room ticks again at once); Redis is asked once a second.
-            for item_id in room.items:
-                self.s.flags.mark(item_id)
+        settled = self.sold_out(room) and self.spent.get(sale, 0) >= self.frontier.get(sale, 0) > 0
+        if (settled or sale in self._idle) and time.monotonic() - self._checked.get(
+            sale, 0.0
+        ) < _QUIET_CHECK_S:
+            # Sold out and settled, or nobody waiting: nothing moves, so Redis is asked once
+            # a second (every gateway ticks every room). A sold-out room's flags are held up
+            # here without I/O; a restock broadcast clears them and the room ticks at once.
+            if settled:
+                for item_id in room.items:
+                    self.s.flags.mark(item_id)
             return
         self._checked[sale] = time.monotonic()
         client = self.s.router.client
@@ -131,9 +133,17 @@ class WaitingRooms:
         if left == 0:
             await self._raise_flags(room)
         window = self.s.cfg.waiting_room_admission_s
-        frontier, spent = await queue.advance(client, room.sale, room.rate, left, window)
+        frontier, spent, joined = await queue.advance(client, room.sale, room.rate, left, window)
+        if 0 <= joined <= frontier:
+            self._idle.add(sale)  # every place given is admitted: a new joiner waits <= 1 s
+        else:
+            self._idle.discard(sale)
         if self.heard(room.sale, frontier, spent):
             await publish_frontier(self.s, room.sale, frontier, spent)
+
+    def joined(self, sale: int) -> None:
+        """Someone joined through this gateway: tick the room at once, idle or not."""
+        self._idle.discard(sale)
 
     async def ensure_placed(self, room: Room, now: float) -> None:
         """After the start, before anything else: the early arrivals get their places, so a

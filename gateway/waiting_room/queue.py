@@ -55,7 +55,8 @@ for i = 2, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], (i - 1) .. ':' .. ARGV[
 redis.call('HSET', KEYS[2], 'placed', 1)
 return 1
 """
-# KEYS: meta. ARGV: rate per s, units left (-1: unknown), admission ms. → {frontier, spent}.
+# KEYS: meta. ARGV: rate per s, units left (-1: unknown), admission ms.
+# → {frontier, spent, joined}.
 # Redis's clock, so every gateway's tick agrees and several tickers never speed it up. Places
 # 1..frontier are admitted; places 1..spent were admitted before a sell-out (or their
 # admission has run out), so they can no longer buy. Until the first sell-out the frontier
@@ -64,7 +65,7 @@ return 1
 # out unused. It never moves before the places are fixed, while nothing is left or unknown,
 # or past the last joined place.
 _ADVANCE = """
-if redis.call('HEXISTS', KEYS[1], 'placed') == 0 then return {-1, 0} end
+if redis.call('HEXISTS', KEYS[1], 'placed') == 0 then return {-1, 0, 0} end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rate, left, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -78,7 +79,7 @@ if left == 0 and spent ~= tostring(f) then
 end
 if left <= 0 or f >= joined then
   redis.call('HSET', KEYS[1], 'last_ms', now)  -- paused: no backlog of admissions builds up
-  return {f, tonumber(spent or '0')}
+  return {f, tonumber(spent or '0'), joined}
 end
 local n = math.floor((now - last) * rate / 1000)
 if n > rate then n = rate; last = now - 1000 end  -- a burst of at most one second
@@ -92,7 +93,7 @@ if spent then
   local want = spent + left - f
   if want <= 0 then
     redis.call('HSET', KEYS[1], 'last_ms', now)
-    return {f, spent}
+    return {f, spent, joined}
   end
   if n >= want then n = want; last = now - n * 1000 / rate end
   if n > 0 then redis.call('HSET', KEYS[1], 'offered_ms', now) end
@@ -103,7 +104,7 @@ if n > 0 then
   last = last + n * 1000 / rate
 end
 redis.call('HSET', KEYS[1], 'frontier', f, 'last_ms', string.format('%.3f', last))
-return {f, tonumber(spent or '0')}
+return {f, tonumber(spent or '0'), joined}
 """
 
 
@@ -149,13 +150,13 @@ async def fix_places(client: RedisCluster, sale: int, now_ms: int) -> None:
 
 async def advance(
     client: RedisCluster, sale: int, rate: int, units_left: int | None, admission_s: int
-) -> tuple[int, int]:
-    """(frontier, spent) after this tick (frontier -1 before the places are fixed): places
-    1..frontier are admitted, and those up to spent can no longer buy."""
+) -> tuple[int, int, int]:
+    """(frontier, spent, joined) after this tick (frontier -1 before the places are fixed):
+    places 1..frontier are admitted, those up to spent can no longer buy, joined were given."""
     left = -1 if units_left is None else units_left
     args = (rate, left, admission_s * 1000)
-    frontier, spent = await client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
-    return int(frontier), int(spent)
+    frontier, spent, joined = await client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
+    return int(frontier), int(spent), int(joined)
 
 
 class Snapshot(NamedTuple):

@@ -81,6 +81,7 @@ async def join(request: Request) -> Response:
         joined = await queue.join(s.router.client, room.sale, buyer, int(now * 1000), address)
     except queue.FAILURES:
         raise Unavailable() from None
+    rooms.joined(room.sale)
     signer: Signer = state.signer
     ticket = signer.ticket(Ticket(buyer, room.sale, *joined))
     return json_response(bodies.QueueTicket(ticket, _moment(room.starts_at), joined[0] or UNSET))
