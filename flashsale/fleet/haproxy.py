@@ -1,7 +1,8 @@
 """The balancer: its configuration (deploy/haproxy/haproxy.cfg.tmpl) and its runtime API.
 
 The one renderer of haproxy's configuration: the fleet's balancer and the benchmarks' edge in
-front of one gateway process (loadtest/bench/edge.py) are both this text."""
+front of one gateway process (loadtest/bench/overload.py, starvation.py, balancer.py) are
+all this text."""
 
 from __future__ import annotations
 
