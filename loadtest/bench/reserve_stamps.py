@@ -43,9 +43,9 @@ EDITS: tuple[tuple[str, str, str], ...] = (
     ("gateway/purchase.py", "import time\n", "import time\n" + _S),
     (
         "gateway/purchase.py",
-        '        user_id = self.s.verifier.user_id(_header(scope, b"authorization"))\n',
+        '        user_id = self.s.verifier.user_id(header(scope, b"authorization"))\n',
         "        _t = time.perf_counter()\n"
-        '        user_id = self.s.verifier.user_id(_header(scope, b"authorization"))\n'
+        '        user_id = self.s.verifier.user_id(header(scope, b"authorization"))\n'
         '        _st.add("token verification", time.perf_counter() - _t)\n',
     ),
     (
