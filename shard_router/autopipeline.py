@@ -49,7 +49,13 @@ _ASKING = hiredis.pack_command(("ASKING",))
 # While a node fails, the slot map is re-read this often, so a promoted replica takes its
 # shards' calls within ~0.1 s of its promotion (at 1 s the router added up to a second to every
 # failover: loadtest/bench/standalone/20-redis-failover.md). One refresh in flight at a time.
+# Only for the first seconds of a spell of failures (a failover by the watch or by the node
+# timeout is over by then): past them, once a second, since each refresh makes redis-py
+# reconnect every node's pooled connections.
 _REFRESH_EVERY_S = 0.1
+_EAGER_FOR_S = 5.0
+_REFRESH_LATER_S = 1.0
+_CALM_S = 2.0  # no refresh asked for this long: the next failure starts a new spell
 _REFRESH_TIMEOUT_S = 1.0
 _MAX_CACHED_SLOTS = 100_000
 
@@ -81,6 +87,8 @@ class AutoPipeline:
         self._slots: dict[str, int] = {}  # key → hash slot (CRC16 in Python costs ~10 µs)
         self._last_refresh = 0.0
         self._refreshing = False
+        self._last_asked = 0.0  # monotonic: when a refresh was last asked for
+        self._failing_since = 0.0  # monotonic: when this spell of failures began
 
     def node_of(self, key: str) -> str:
         slot = self._slots.get(key)
@@ -335,7 +343,12 @@ class AutoPipeline:
 
     def _refresh_topology(self) -> None:
         now = time.monotonic()
-        if self._refreshing or now - self._last_refresh < _REFRESH_EVERY_S:
+        if now - self._last_asked > _CALM_S:
+            self._failing_since = now
+        self._last_asked = now
+        eager = now - self._failing_since < _EAGER_FOR_S
+        every = _REFRESH_EVERY_S if eager else _REFRESH_LATER_S
+        if self._refreshing or now - self._last_refresh < every:
             return
         self._last_refresh = now
         self._refreshing = True

@@ -15,11 +15,15 @@ from typing import Any, NamedTuple
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import RedisError
 
+from kernel.errors import ShardUnavailable
+from shard_router.deadline import with_deadline
+
 _SHUFFLE = random.SystemRandom()
 # What a call through the cluster client can raise when a connection breaks under load: besides
 # its own errors, redis-py lets a reconnect racing a disconnect out as uvloop's RuntimeError
 # ("the handler is closed") or an AttributeError (its writer already None). Each is a 503.
-FAILURES = (RedisError, OSError, RuntimeError, AttributeError)
+# A call past its deadline (shard_router.deadline: redis-py may never return) is one too.
+FAILURES = (RedisError, OSError, RuntimeError, AttributeError, ShardUnavailable)
 # A burst of joins shares the router's cluster client, whose pools are bounded: past them a
 # call fails at once (MaxConnectionsError), so joins wait their turn here instead.
 _CALLS = asyncio.Semaphore(64)
@@ -127,12 +131,14 @@ async def join(
 ) -> tuple[int, int]:
     """(place, issued_ms) of the buyer's one ticket: joining again returns the same."""
     async with _CALLS:
-        return _place(await client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address))
+        return _place(
+            await with_deadline(client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address))
+        )
 
 
 async def place_of(client: RedisCluster, sale: int, buyer: int) -> tuple[int, int] | None:
     async with _CALLS:
-        value = await client.hget(_keys(sale)[0], str(buyer))
+        value = await with_deadline(client.hget(_keys(sale)[0], str(buyer)))
     return None if value is None else _place(value)
 
 
@@ -140,12 +146,12 @@ async def fix_places(client: RedisCluster, sale: int, now_ms: int) -> None:
     """At the start: seal the early arrivals and give them a uniformly random order (no-op
     once placed)."""
     joined, meta, early, _ = _keys(sale)
-    buyers = await client.eval(_SEAL, 2, meta, early)
+    buyers = await with_deadline(client.eval(_SEAL, 2, meta, early))
     if buyers is None:
         return
     order = list(buyers)
     _SHUFFLE.shuffle(order)
-    await client.eval(_PLACE, 2, joined, meta, now_ms, *order)
+    await with_deadline(client.eval(_PLACE, 2, joined, meta, now_ms, *order))
 
 
 async def advance(
@@ -155,7 +161,7 @@ async def advance(
     places 1..frontier are admitted, those up to spent can no longer buy, joined were given."""
     left = -1 if units_left is None else units_left
     args = (rate, left, admission_s * 1000)
-    frontier, spent, joined = await client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
+    frontier, spent, joined = await with_deadline(client.eval(_ADVANCE, 1, _keys(sale)[1], *args))
     return int(frontier), int(spent), int(joined)
 
 

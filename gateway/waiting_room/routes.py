@@ -14,6 +14,7 @@ import math
 import time
 from typing import Any
 
+import asyncpg
 from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
@@ -51,7 +52,10 @@ def _moment(epoch_s: float) -> dt.datetime:
 async def _open_room(rooms: WaitingRooms, sale: int | None) -> Room:
     room = None if sale is None else rooms.rooms.get(sale)
     if room is None and sale is not None:
-        await rooms.refresh_soon(_REFRESH_EVERY_S)
+        try:
+            await rooms.refresh_soon(_REFRESH_EVERY_S)
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            raise Unavailable() from None  # the raw poll front has no handler for these
         room = rooms.rooms.get(sale)
     if room is None:
         raise NotFound("SALE_NOT_FOUND")  # no such sale, not armed, or without a room
@@ -65,11 +69,13 @@ async def join(request: Request) -> Response:
     limits: RouteLimits = state.limits
     address = state.client_address.of(request.scope)
     limits.per_address.check(address)
-    rooms: WaitingRooms = state.rooms
-    room = await _open_room(rooms, path_param(request, "sale_id", database_id, "SALE_NOT_FOUND"))
+    # The token first: an unauthenticated request must not make this gateway re-read its rooms
+    # (an unknown sale waits for that read).
     s = services(request)
     buyer = s.verifier.user_id(request.headers.get("authorization"))
     limits.queue.check(buyer)
+    rooms: WaitingRooms = state.rooms
+    room = await _open_room(rooms, path_param(request, "sale_id", database_id, "SALE_NOT_FOUND"))
     now = time.time()
     if now >= room.ends_at:
         raise SaleNotOpen()
@@ -112,12 +118,16 @@ class PollHandler:
 
     async def _answer(self, scope: dict[str, Any], sale_text: str) -> Answer:
         self._limits.per_address.check(self._address.of(scope))
-        room = await _open_room(self._rooms, database_id(sale_text))
+        # The ticket's signature first: only a real ticket holder can make this gateway
+        # re-read its rooms (an unknown sale waits for that read).
         text = header(scope, TICKET_HEADER)
         ticket = self._signer.read_ticket(text)
-        if text is None or ticket is None or ticket.sale != room.sale:
+        if text is None or ticket is None:
             raise Unauthorized("INVALID_TICKET")
         self._limits.queue.check(ticket.buyer)
+        room = await _open_room(self._rooms, database_id(sale_text))
+        if ticket.sale != room.sale:
+            raise Unauthorized("INVALID_TICKET")
         now = time.time()
         if now < room.starts_at:
             return self._waiting(ticket, text, None, math.ceil(room.starts_at - now))
