@@ -19,6 +19,7 @@ from kernel.errors import ShardUnavailable
 from shard_router.deadline import with_deadline
 
 _SHUFFLE = random.SystemRandom()
+KEPT_AFTER_END_S = 7 * 86400  # a room's keys outlive its sale this long: its fairness report
 # What a call through the cluster client can raise when a connection breaks under load: besides
 # its own errors, redis-py lets a reconnect racing a disconnect out as uvloop's RuntimeError
 # ("the handler is closed") or an AttributeError (its writer already None). Each is a 503.
@@ -28,8 +29,9 @@ FAILURES = (RedisError, OSError, RuntimeError, AttributeError, ShardUnavailable)
 # call fails at once (MaxConnectionsError), so joins wait their turn here instead.
 _CALLS = asyncio.Semaphore(64)
 
-# KEYS: joined, meta, early, addresses. ARGV: buyer, now_ms, client address.
-# → "place:issued_ms" (place 0: early). Counts tickets per address for the fairness report.
+# KEYS: joined, meta, early, addresses. ARGV: buyer, now_ms, client address, expire_at (epoch
+# s). → "place:issued_ms" (place 0: early). Counts tickets per address for the fairness report.
+# Every key of the room expires a while after the sale ends (kept for the fairness report).
 _JOIN = """
 local v = redis.call('HGET', KEYS[1], ARGV[1])
 if v then return v end
@@ -42,6 +44,7 @@ else
 end
 v = place .. ':' .. ARGV[2]
 redis.call('HSET', KEYS[1], ARGV[1], v)
+for i = 1, 4 do redis.call('EXPIREAT', KEYS[i], ARGV[4]) end
 return v
 """
 # KEYS: meta, early. → the early arrivals, or nil once placed.
@@ -127,12 +130,15 @@ def _place(value: Any) -> tuple[int, int]:
 
 
 async def join(
-    client: RedisCluster, sale: int, buyer: int, now_ms: int, address: str
+    client: RedisCluster, sale: int, buyer: int, now_ms: int, address: str, ends_at_s: float
 ) -> tuple[int, int]:
     """(place, issued_ms) of the buyer's one ticket: joining again returns the same."""
+    expire_at = int(ends_at_s) + KEPT_AFTER_END_S
     async with _CALLS:
         return _place(
-            await with_deadline(client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address))
+            await with_deadline(
+                client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address, expire_at)
+            )
         )
 
 

@@ -84,7 +84,9 @@ async def join(request: Request) -> Response:
     try:
         if now >= room.starts_at:
             await rooms.ensure_placed(room, now)
-        joined = await queue.join(s.router.client, room.sale, buyer, int(now * 1000), address)
+        joined = await queue.join(
+            s.router.client, room.sale, buyer, int(now * 1000), address, room.ends_at
+        )
     except queue.FAILURES:
         raise Unavailable() from None
     rooms.joined(room.sale)

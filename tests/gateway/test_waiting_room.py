@@ -173,6 +173,9 @@ async def test_5000_early_joiners_for_500_units(
     assert first_410 - max(held_at) < 1.0, first_410 - max(held_at)
 
     room = await queue.snapshot(redis, sale)
+    # The room's keys go a week after the sale ends (an hour from now), not never.
+    kept = await redis.ttl(f"{{room:{sale}}}:joined")
+    assert 3600 + queue.KEPT_AFTER_END_S - 120 < kept <= 3600 + queue.KEPT_AFTER_END_S, kept
     join_order = room.early  # as Redis saw them
     places = {b: room.places[b][0] for b in early}
     assert sorted(places.values()) == list(range(1, 5001))
