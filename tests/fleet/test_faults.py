@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 RATE_PER_S = 150  # open loop: one new buyer every 1/RATE s, whatever the answers take
 SHARDS = 4
+QUANTITY = 100_000  # far more than a run sells: no sold-out flag interferes
 
 
 async def _open_loop(
@@ -55,6 +56,14 @@ async def _open_loop(
         return statuses
 
 
+def _warmed_sale(cfg: Settings, hosts: list[Host]) -> tuple[str, int, int]:
+    """A sale of QUANTITY units through the balancer, warmed at every host: (balancer URL, item,
+    units the warm-up took)."""
+    base = fleet.balancer_url(cfg)
+    item_id = new_sale(base, QUANTITY, SHARDS)["items"][0]["itemId"]
+    return base, item_id, _warm(cfg, hosts, item_id)
+
+
 def _warm(cfg: Settings, hosts: list[Host], item_id: int) -> int:
     """One purchase at every host directly, before the load: each has the item armed in its
     catalog cache then (else a host that cached it before the arm answers 403 for a while, and
@@ -81,10 +90,7 @@ async def _units_left(cfg: Settings, item_id: int) -> int:
 async def test_a_partitioned_host_leaves_the_balancer_within_2_s(
     live_stack: Settings, hosts: list[Host]
 ) -> None:
-    base = fleet.balancer_url(live_stack)
-    quantity = 100_000
-    item_id = new_sale(base, quantity, SHARDS)["items"][0]["itemId"]
-    warmed = _warm(live_stack, hosts, item_id)
+    base, item_id, warmed = _warmed_sale(live_stack, hosts)
     cut = hosts[0]
 
     async def partition() -> None:
@@ -122,7 +128,7 @@ async def test_a_partitioned_host_leaves_the_balancer_within_2_s(
     assert statuses[202] >= 0.8 * sum(statuses.values()), statuses
     # A 503 is "could not confirm": its unit may be held (a retry by that buyer answers 409 with
     # the order), never a second one.
-    taken = quantity - await _units_left(live_stack, item_id)
+    taken = QUANTITY - await _units_left(live_stack, item_id)
     won = statuses[202] + statuses[409] + warmed + 1  # and the healed host's first buyer
     assert won <= taken <= won + unconfirmed, (taken, statuses)
 
@@ -130,10 +136,7 @@ async def test_a_partitioned_host_leaves_the_balancer_within_2_s(
 async def test_a_host_killed_under_load_costs_only_its_in_flight_requests(
     live_stack: Settings, hosts: list[Host]
 ) -> None:
-    base = fleet.balancer_url(live_stack)
-    quantity = 100_000
-    item_id = new_sale(base, quantity, SHARDS)["items"][0]["itemId"]
-    warmed = _warm(live_stack, hosts, item_id)
+    base, item_id, warmed = _warmed_sale(live_stack, hosts)
     victim = hosts[1]
 
     async def kill() -> None:
@@ -152,7 +155,7 @@ async def test_a_host_killed_under_load_costs_only_its_in_flight_requests(
     assert set(statuses) <= {202, 409, 503, 502, 599}, statuses
     # In flight on the host at the kill: RATE_PER_S / hosts × a request's few ms, a handful.
     assert failed <= 10, statuses
-    taken = quantity - await _units_left(live_stack, item_id)
+    taken = QUANTITY - await _units_left(live_stack, item_id)
     # No unit lost or sold twice: every unit taken is a buyer told 202, or 409 (a retry that
     # found the first attempt's order), or one whose answer never came (a failed request).
     won = statuses[202] + statuses[409] + warmed
