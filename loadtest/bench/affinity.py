@@ -37,6 +37,32 @@ def _children(parents: set[int]) -> set[int]:
     return found
 
 
+def stack_cpu_seconds(cfg: Settings) -> dict[str, float]:
+    """User + system CPU so far of the stack's processes (children included), by command name
+    (redis-server, java, postgres, ...): what one 202 costs beside the gateway."""
+    tick = os.sysconf("SC_CLK_TCK")
+    by_name: dict[str, float] = {}
+    for pid in _children(set(stack.pids(cfg))):
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return by_name
+
+
+def core_ticks(core: int) -> tuple[int, int]:
+    """(busy, total) jiffies of ``core`` so far, from /proc/stat."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            values = [int(v) for v in line.split()[1:]]
+            idle = values[3] + values[4]  # idle + iowait
+            return sum(values) - idle, sum(values)
+    raise ValueError(f"no cpu{core} in /proc/stat")
+
+
 def _pin(pids: set[int], cores: set[int]) -> None:
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):

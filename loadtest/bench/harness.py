@@ -46,6 +46,9 @@ class Options:
     server_core: int = 0
     load_core: int = 1
     all_cores: str = "0,1"
+    # Where a one-worker server's stack runs: the load core (the server's core its own), or
+    # the server core (the system under test on one core, the generator alone on the other).
+    stack_core: int | None = None
 
 
 @dataclass
@@ -140,7 +143,9 @@ class Harness:
         with contextlib.ExitStack() as pinned:
             if workers == 1:
                 # The server's core is the server's alone: the stack runs beside the load.
-                pinned.enter_context(affinity.stack_on(self.cfg, {self.opts.load_core}))
+                stack_core = self.opts.stack_core
+                stack_core = self.opts.load_core if stack_core is None else stack_core
+                pinned.enter_context(affinity.stack_on(self.cfg, {stack_core}))
             proc = pinned.enter_context(
                 servers.running(subject, argv, ready, self.log_dir, core, env)
             )

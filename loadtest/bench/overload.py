@@ -33,8 +33,9 @@ import httpx
 
 from flashsale.fleet import haproxy
 from flashsale.fleet.haproxy import Edge
+from flashsale.stack.processes import http_ready
 from kernel.settings import settings
-from loadtest.bench import phased, servers
+from loadtest.bench import phased, phased_vegeta, servers
 from loadtest.bench.harness import Harness, Options, Served
 from loadtest.bench.sale import Item, purchase
 from loadtest.bench.servers import free_port, pinned
@@ -106,10 +107,11 @@ def entry(
 
 
 class Overload:
-    def __init__(self, h: Harness, seconds: float, connections: int) -> None:
+    def __init__(self, h: Harness, seconds: float, connections: int, vegeta_bin: str) -> None:
         self.h = h
         self.seconds = seconds
         self.connections = connections
+        self.vegeta = vegeta_bin  # "": the project's generator
 
     def run(
         self,
@@ -133,15 +135,7 @@ class Overload:
             if path == "sold_out":
                 self._flag(served, item)
             cpu = [servers.cpu_seconds(p) for p in (served.pid, balancer.pid if balancer else 0)]
-            result = phased.measure(
-                base + item.path,
-                phases,
-                accepted=ACCEPTED[path],
-                connections=self.connections,
-                core=h.opts.load_core,
-                tokens=token_file,
-                timeout_s=sum(p.seconds for p in phases) + 120,
-            )
+            result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
             result["cpu_s"] = {"gateway": servers.cpu_seconds(served.pid) - cpu[0]}
             if balancer:
                 result["cpu_s"]["haproxy"] = servers.cpu_seconds(balancer.pid) - cpu[1]
@@ -156,6 +150,36 @@ class Overload:
         result["recovery_s"] = phased.recovery_s(result.pop("after_windows"), bound)
         result["multiple"] = multiple
         return result
+
+    def _load(
+        self, url: str, phases: list[phased.Phase], accepted: int, token_file: Path | None
+    ) -> dict[str, Any]:
+        core = self.h.opts.load_core
+        if self.vegeta:
+            return phased_vegeta.measure(
+                self.vegeta, url, phases, accepted=accepted, connections=self.connections,
+                core=core, tokens=token_file, workdir=self.h.workdir,
+            )  # fmt: skip
+        return phased.measure(
+            url, phases, accepted=accepted, connections=self.connections, core=core,
+            tokens=token_file, timeout_s=sum(p.seconds for p in phases) + 120,
+        )  # fmt: skip
+
+    def ceiling(self, rate: float) -> dict[str, Any]:
+        """The generator against nginx ``return 410`` on the server core at ``rate`` for the
+        overload's length: could it offer the rate, and on time?"""
+        h = self.h
+        port = free_port(set(h.ports.values()))
+        url = f"http://127.0.0.1:{port}/"
+        argv = servers.nginx_argv(port, h.workdir / "nginx")
+        ready = http_ready(url, 410)
+        with servers.running("nginx-ceiling", argv, ready, h.log_dir, h.opts.server_core):
+            warm = phased.Phase(rate, 1.0)
+            r = self._load(url, [warm, phased.Phase(rate, self.seconds)], 410, None)
+        return {
+            "rate": rate, "sent_rps": r.get("sent_rps"), "answered_rps": r["goodput_rps"],
+            "lag_p99_ms": r["dispatch_lag_p99_ms"], "p99_ms": r["all_p99_ms"],
+        }  # fmt: skip
 
     def _tokens(self, phases: Sequence[phased.Phase]) -> Path:
         # The generator reads its phases back from "%g" text: a few more than the floats say.
@@ -186,6 +210,13 @@ def maxima(h: Harness, given: dict[str, float | None]) -> dict[str, float]:
     return found
 
 
+def generator_limited(r: dict[str, Any]) -> bool:
+    """The generator sent under 95% of the rate it was asked for (vegeta counts what it sent;
+    phased.py queues what it cannot send, which its lag shows)."""
+    sent = r.get("sent_rps")
+    return sent is not None and sent < 0.95 * r["offered_rps"]
+
+
 def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
     lines = [
         f"### {path.replace('_', '-')} path (maximum {maximum:,.0f} req/s, closed loop)",
@@ -202,6 +233,8 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
         ratio = f"{r['ok_p99_ms'] / base:.2f}×" if base else "-"
         recovery = f"{r['recovery_s']:.1f}" if r["recovery_s"] is not None else "not within 4 s"
         offered = f"{r['multiple']:g}× ({r['offered_rps']:,.0f}/s)"
+        if generator_limited(r):
+            offered += f" † sent {r['sent_rps']:,.0f}/s"
         rss = f"{r['peak_rss_mb']:.0f}"
         if r.get("balancer_rss_mb") is not None:
             rss += f" / {r['balancer_rss_mb']:.0f}"
@@ -244,6 +277,19 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--queue-per-server", type=int, help="queued per gateway before a 503")
     p.add_argument("--queue-ms", type=int, help="haproxy's timeout queue")
+    p.add_argument(
+        "--vegeta", default="", help="vegeta binary: it offers the load instead of phased.py"
+    )
+    p.add_argument(
+        "--stack-on",
+        choices=("load", "server"),
+        default="load",
+        help="the stack's core: the generator's (default) or the gateway's, so the generator "
+        "never takes CPU from Redis and Kafka",
+    )
+    p.add_argument(
+        "--ceiling", action="store_true", help="first the generator against nginx at each rate"
+    )
     return p.parse_args(argv)
 
 
@@ -273,6 +319,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     opts = Options(
         duration_s=5.0, warmup_s=2.0, soldout_connections=64, reserve_connections=256,
         open_connections=args.connections, open_warmup_s=1.0, redis_clients=50, redis_calls={},
+        stack_core=0 if args.stack_on == "server" else None,
     )  # fmt: skip
     log_dir = REPORTS_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -288,7 +335,13 @@ def main(argv: Sequence[str] | None = None) -> None:
             top = maxima(h, {p: given[p] for p in paths})
             edges = edges_of(args)
             print(f"entry: {edges}", flush=True)
-            bench = Overload(h, args.seconds, args.connections)
+            bench = Overload(h, args.seconds, args.connections, args.vegeta)
+            if args.ceiling:
+                for path in paths:
+                    for m in sorted({m for m in multiples + direct if m > 1}):
+                        print(
+                            f"  ceiling {m:g}× {path}: {bench.ceiling(top[path] * m)}", flush=True
+                        )
             tables = []
             on = {"FLASHSALE_ADMISSION_TARGET_MS": str(args.target_ms)} if args.target_ms else {}
             runs = [(m, e, run_label(e, "on"), on) for m in multiples for e in edges]

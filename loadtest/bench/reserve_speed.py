@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import json
-import math
 import os
 import re
 import shutil
@@ -44,10 +42,11 @@ import httpx
 
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest.bench import sale, servers, topics
+from loadtest.bench import affinity, sale, servers, topics
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens, wrk
+from loadtest.generators import vegeta as vegeta_gen
 
 SUMMARY_PREFIX = "RESERVE_SPEED_JSON "
 CONNECTIONS = 256
@@ -117,88 +116,45 @@ def _stage(frames: list[str]) -> str:
     return "other"
 
 
-def percentile(sorted_values: list[float], pct: float) -> float:
-    """The nearest-rank percentile of ascending ``sorted_values`` (0 when empty)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, min(len(sorted_values), math.ceil(pct / 100 * len(sorted_values) - 1e-9)))
-    return sorted_values[rank - 1]
-
-
-def vegeta_summary(rows: Iterable[list[str]], rate: float, skip: int) -> dict[str, Any]:
-    """Vegeta's CSV results (``vegeta encode --to csv``) as latency figures, ms. ``sent``: as
-    vegeta measures, from when it sent; ``intended``: from ``first send + seq / rate``, the
-    request's due time, as the project's generator measures. Requests with ``seq < skip`` are
-    the warm-up."""
-    hits = [(int(r[8]), int(r[0]), int(r[2]), int(r[1])) for r in rows if r]
-    if not hits:
-        raise ValueError("vegeta recorded no requests")
-    start_ns = min(ts - seq * 1e9 / rate for seq, ts, _, _ in hits if seq < max(skip, 1) + 50)
-    codes: Counter[str] = Counter()
-    sent: list[float] = []
-    intended: list[float] = []
-    lag: list[float] = []
-    last_done = 0.0
-    for seq, ts, latency, code in hits:
-        last_done = max(last_done, ts + latency)
-        if seq < skip:
-            continue
-        codes[str(code)] += 1
-        due = start_ns + seq * 1e9 / rate
-        sent.append(latency / 1e6)
-        intended.append((ts + latency - due) / 1e6)
-        lag.append((ts - due) / 1e6)
-    sent.sort()
-    intended.sort()
-    lag.sort()
-    out: dict[str, Any] = {"requests": len(sent), "statuses": dict(codes)}
-    for label, values in (("sent", sent), ("intended", intended)):
-        for pct, key in ((50, "p50"), (99, "p99"), (99.9, "p999")):
-            out[f"{key}_ms_{label}"] = percentile(values, pct)
-        out[f"max_ms_{label}"] = values[-1]
-    out["send_lag_p99_ms"] = percentile(lag, 99)
-    out["elapsed_s"] = (last_done - start_ns) / 1e9
-    out["throughput_rps"] = len(hits) / out["elapsed_s"]
-    return out
-
-
-def vegeta_targets(path: Path, url: str, token_lines: Iterable[bytes]) -> Path:
-    """A vegeta ``http`` targets file: one POST per token, in order."""
-    with path.open("wb") as out:
-        for token in token_lines:
-            out.write(b"POST " + url.encode() + b"\nAuthorization: Bearer " + token + b"\n\n")
-    return path
-
-
 def vegeta(
-    binary: str, targets: Path | None, url: str, rate: float, seconds: float, warmup_s: float
+    binary: str,
+    workdir: Path,
+    targets: Path | None,
+    url: str,
+    rate: float,
+    seconds: float,
+    warmup_s: float,
 ) -> dict[str, Any]:
     """One vegeta attack pinned to the load core, at most CONNECTIONS connections."""
-    argv = [
-        binary, "attack", "-rate", f"{rate:g}/s", "-duration", f"{seconds + warmup_s:g}s",
-        "-max-connections", str(CONNECTIONS), "-timeout", "30s",
-    ]  # fmt: skip
-    if targets is not None:
-        argv += ["-targets", str(targets)]
-    attack = subprocess.Popen(  # noqa: S603 - our argv
-        servers.pinned(LOAD_CORE, argv),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-    )
-    assert attack.stdin is not None and attack.stdout is not None
-    if targets is None:
-        attack.stdin.write(f"POST {url}\n".encode())
-    attack.stdin.close()
-    encoded = subprocess.run(  # noqa: S603 - our argv
-        [binary, "encode", "--to", "csv"],
-        stdin=attack.stdout,
-        capture_output=True,
-        check=True,
-        timeout=seconds + warmup_s + 120,
-    )
-    attack.wait(30)
-    rows = csv.reader(encoded.stdout.decode().splitlines())
-    return vegeta_summary(rows, rate, int(rate * warmup_s))
+    results = workdir / "vegeta.bin"
+    attack = vegeta_gen.start(
+        binary, url, rate=rate, seconds=seconds + warmup_s, core=LOAD_CORE,
+        connections=CONNECTIONS, results=results, target_file=targets,
+    )  # fmt: skip
+    hits = vegeta_gen.finish(binary, attack, results, seconds + warmup_s + 90)
+    return vegeta_gen.summary(hits, rate, int(rate * warmup_s))
+
+
+@dataclass
+class Beside:
+    """What the rest of the machine did during a run: the load core's busy share (generator
+    and stack together) and the stack's CPU by process name."""
+
+    cfg: Settings
+    ticks: tuple[int, int]
+    stack_s: dict[str, float]
+
+    @classmethod
+    def start(cls, cfg: Settings) -> Beside:
+        return cls(cfg, affinity.core_ticks(LOAD_CORE), affinity.stack_cpu_seconds(cfg))
+
+    def stop(self) -> dict[str, Any]:
+        busy, total = affinity.core_ticks(LOAD_CORE)
+        now = affinity.stack_cpu_seconds(self.cfg)
+        return {
+            "load_core_busy": (busy - self.ticks[0]) / max(1, total - self.ticks[1]),
+            "stack_s": {k: v - self.stack_s.get(k, 0.0) for k, v in now.items()},
+        }
 
 
 class Bench:
@@ -252,9 +208,11 @@ class Bench:
             count = 12_000 * int(o.duration) + 5_000
             token_file = self.token_file("closed", count)
             cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
+            beside = Beside.start(self.cfg)
             profile = self._profiler(session) if tree is not None and o.profile_now else None
             result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
             cpu, threads = servers.cpu_seconds(session) - cpu, _used(thread_cpu(session), threads)
+            around = beside.stop()
             profiled = self._profile_done(profile)
             outcomes = _outcomes(f"http://127.0.0.1:{self.port}") if tree is not None else {}
         self.shards.clear_holds(self.item(tree))
@@ -266,6 +224,10 @@ class Bench:
             "non_2xx": result.non_2xx,
             "cpu_us_per_202": cpu / accepted * 1e6 if accepted else 0.0,
             "busy": cpu / result.duration_s,
+            "load_core_busy": around["load_core_busy"],
+            "stack_us_per_202": {k: v / accepted * 1e6 for k, v in around["stack_s"].items()}
+            if accepted
+            else {},
             "outcomes": outcomes,
             "threads_us_per_202": {k: v / accepted * 1e6 for k, v in threads.items()}
             if accepted
@@ -305,6 +267,7 @@ class Bench:
                     count = int(rate * (o.duration + 1)) + 1
                     token_file = self.token_file(f"open-{tool}", count)
                     cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
+                    beside = Beside.start(self.cfg)
                     profile = self._profiler(session) if o.profile_now else None
                     if tool == "openloop":
                         m = openloop.measure(
@@ -318,10 +281,15 @@ class Bench:
                         answers = m["answered_total"]
                     else:
                         lines = token_file.read_bytes().split(b"\n")[:count]
-                        targets = vegeta_targets(self.workdir / "targets.txt", url, lines)
-                        fig = vegeta(o.vegeta, targets, url, rate, o.duration, 1)
+                        targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
+                        fig = vegeta(o.vegeta, self.workdir, targets, url, rate, o.duration, 1)
                         answers = int(rate * (o.duration + 1))
                     cpu = servers.cpu_seconds(session) - cpu
+                    around = beside.stop()
+                    fig["load_core_busy"] = around["load_core_busy"]
+                    fig["stack_us_per_answer"] = {
+                        k: v / answers * 1e6 for k, v in around["stack_s"].items() if answers
+                    }
                     used = _used(thread_cpu(session), threads)
                     fig["cpu_us_per_answer"] = cpu / answers * 1e6 if answers else 0.0
                     fig["threads_us_per_answer"] = {k: v / answers * 1e6 for k, v in used.items()}
@@ -345,7 +313,7 @@ class Bench:
             )  # fmt: skip
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
             if self.opts.vegeta:
-                v = vegeta(self.opts.vegeta, None, url, rate, self.opts.duration, 1)
+                v = vegeta(self.opts.vegeta, self.workdir, None, url, rate, self.opts.duration, 1)
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
             print(f"[ceiling] {row}", flush=True)
