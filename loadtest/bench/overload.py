@@ -90,25 +90,29 @@ def gateway_counts(base: str) -> dict[str, float]:
 
 @contextlib.contextmanager
 def entry(
-    h: Harness, served: Served, edge: Edge | None
+    h: Harness, served: Served, edge: Edge | None, core: int | None = None
 ) -> Iterator[tuple[str, haproxy.Balancer | None]]:
     """Where the load goes: (base URL, the balancer or None). ``edge`` None: the gateway
-    itself; else haproxy in front of it, pinned to the server core with it."""
+    itself; else haproxy in front of it, pinned to ``core`` (default: the server core, with
+    the gateway)."""
     if edge is None:
         yield served.base, None
         return
     port = free_port(set(h.ports.values()))
     workdir = h.workdir / f"haproxy-{port}"
     gateway = served.base.removeprefix("http://")
-    prefix = pinned(h.opts.server_core, [])
+    prefix = pinned(h.opts.server_core if core is None else core, [])
     log = h.log_dir / "haproxy.log"
     with haproxy.serving(gateway, port, workdir, edge, prefix, log) as balancer:
         yield balancer.base, balancer
 
 
 class Overload:
-    def __init__(self, h: Harness, seconds: float, connections: int, vegeta_bin: str) -> None:
+    def __init__(
+        self, h: Harness, seconds: float, connections: int, vegeta_bin: str, balancer_core: int
+    ) -> None:
         self.h = h
+        self.balancer_core = balancer_core
         self.seconds = seconds
         self.connections = connections
         self.vegeta = vegeta_bin  # "": the project's generator
@@ -131,7 +135,13 @@ class Overload:
         ]
         item = s.gateway if path == "reserve" else s.sold_out
         token_file = self._tokens(phases) if path == "reserve" else None
-        with h.server("gateway") as served, entry(h, served, edge) as (base, balancer):
+        with (
+            h.server("gateway") as served,
+            entry(h, served, edge, self.balancer_core) as (
+                base,
+                balancer,
+            ),
+        ):
             if path == "sold_out":
                 self._flag(served, item)
             cpu = [servers.cpu_seconds(p) for p in (served.pid, balancer.pid if balancer else 0)]
@@ -288,6 +298,13 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "never takes CPU from Redis and Kafka",
     )
     p.add_argument(
+        "--balancer-on",
+        choices=("server", "load"),
+        default="server",
+        help="haproxy's core: the gateway's (default) or the generator's, as a balancer on a "
+        "host of its own would take none of the gateway's CPU",
+    )
+    p.add_argument(
         "--ceiling", action="store_true", help="first the generator against nginx at each rate"
     )
     return p.parse_args(argv)
@@ -335,7 +352,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             top = maxima(h, {p: given[p] for p in paths})
             edges = edges_of(args)
             print(f"entry: {edges}", flush=True)
-            bench = Overload(h, args.seconds, args.connections, args.vegeta)
+            balancer_core = opts.load_core if args.balancer_on == "load" else opts.server_core
+            bench = Overload(h, args.seconds, args.connections, args.vegeta, balancer_core)
             if args.ceiling:
                 for path in paths:
                     for m in sorted({m for m in multiples + direct if m > 1}):
