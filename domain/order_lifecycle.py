@@ -14,7 +14,7 @@ from domain.give_back import give_back
 from domain.ports import UnitReleaser
 
 ACTIVE = ("PENDING", "PAID")  # the statuses of an order that holds its unit
-# How the writer's failure_reason for a refusal for capacity begins (writer/orders.py): Redis
+# How the writer's failure_reason for a refusal for capacity begins (writer/streams.py): Redis
 # had granted a unit it did not have, so that order's hold is forfeited, its unit not given back.
 SOLD_OUT = "sold out"
 

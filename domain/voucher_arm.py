@@ -20,7 +20,7 @@ from domain.voucher_lifecycle import ACTIVE
 from domain.warm_up import Count, Hold, Stored, warm_up
 
 # How the writer's failure_reason for a refusal for the voucher's limit begins
-# (writer/vouchers.py): that use's hold is forfeited, its use never given back.
+# (writer/streams.py): that use's hold is forfeited, its use never given back.
 OUT_OF_STOCK = "out of stock"
 
 

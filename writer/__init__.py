@@ -7,10 +7,11 @@ from writer.batch import Batch, DeadLetter, Record, parse
 from writer.consumer import StreamWriter, WriterStats
 from writer.errors import RetriesExhausted, WriterError
 from writer.metrics import METRICS_PORT
-from writer.orders import ORDERS, Order
+from writer.orders import Order
 from writer.sink import Sink, Written
 from writer.stream import Decision, Fate, Stream
-from writer.vouchers import VOUCHERS, Redemption
+from writer.streams import ORDERS, VOUCHERS
+from writer.vouchers import Redemption
 
 __all__ = [
     "METRICS_PORT",

@@ -22,12 +22,11 @@ from writer.consumer import StreamWriter, WriterStats
 from writer.deadletter import DeadLetterProducer
 from writer.errors import WriterError
 from writer.metrics import METRICS_PORT
-from writer.orders import ORDERS
 from writer.retry import Backoff, redis_retriable, retrying
 from writer.sink import Sink
 from writer.source import EventSource
 from writer.stream import Stream
-from writer.vouchers import VOUCHERS
+from writer.streams import ORDERS, VOUCHERS
 
 log = logging.getLogger(__name__)
 

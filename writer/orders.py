@@ -13,30 +13,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Set
 
-from domain.order_lifecycle import ACTIVE, SOLD_OUT
 from kernel.events import OrderPlaced
 from shard_router import ShardRouter
 from shard_router.reassert import Reasserted, forfeit_order, reassert_order
-from writer import metrics
 from writer.batch import BIGINT, SMALLINT, InvalidEvent, Record, Row, in_range, timestamp
-from writer.sql import Schema
 from writer.stream import Decision, Fate, Holder, Locked, Stream
 
 Order = Row[OrderPlaced]
 
-SCHEMA = Schema(
-    table="flash_sale_order",
-    columns="id uuid, item_id bigint, user_id bigint, shard smallint, created_at timestamptz,"
-    " expires_at timestamptz",
-    accepted="PENDING",
-    holding=ACTIVE,
-    conflict="",
-    counter="flash_sale_item",
-    counter_key="id",
-    taken="sold",
-    capacity="quantity",
-    per_buyer="1",  # flash_sale_order_one_active holds to it too
-    place="shard",
+# Its rows' columns (writer/sql.py's Schema.columns), in the order to_order() fills them.
+COLUMNS = (
+    "id uuid, item_id bigint, user_id bigint, shard smallint, created_at timestamptz,"
+    " expires_at timestamptz"
 )
 
 
@@ -56,15 +44,7 @@ def to_order(record: Record, event: OrderPlaced) -> Order:
 
 
 class OrderStream(Stream[OrderPlaced, tuple[int, int]]):
-    name = "orders"
-    noun = "order"
-    event = OrderPlaced
-    target_noun = "item"
-    unit = "unit"
-    schema = SCHEMA
-    metric = metrics.ORDERS
-    failpoints = "writer"
-    exhausted = SOLD_OUT
+    """The orders stream's hooks; its particulars are writer/streams.py's (ORDERS)."""
 
     def to_row(self, record: Record, event: OrderPlaced) -> Order:
         return to_order(record, event)
@@ -119,6 +99,3 @@ def _shards(holder: Holder, locked: Locked) -> int | None:
 def _place(holder: Holder) -> int:
     assert holder.place is not None, "an order's hold names the shard its unit came from"
     return holder.place
-
-
-ORDERS = OrderStream()

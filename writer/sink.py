@@ -1,6 +1,6 @@
 """One batch of a stream's rows (orders, or flash voucher uses) into PostgreSQL, in one
-transaction, idempotent by orderId. The SQL is the stream's (writer/orders.py,
-writer/vouchers.py); the steps and their guards are the same for both.
+transaction, idempotent by orderId. The SQL is the stream's (its Schema: writer/streams.py);
+the steps and their guards are the same for both.
 
 Inside the transaction, in this order:
 

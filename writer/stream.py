@@ -1,9 +1,10 @@
-"""What differs between the writer's two streams, as one strategy: the orders topic
-(writer/orders.py) and the vouchers topic (writer/vouchers.py, flash voucher uses). The batched
-sink (writer/sink.py, its SQL in writer/sql.py), its rules (writer/rules.py), the loop
-(writer/consumer.py) and the Redis settling (writer/settle.py) are written once, against this: a
-stream brings its event type, its tables, its refusal reasons and its Redis calls: give a hold
-back, forfeit it (no unit back), re-assert it."""
+"""What differs between the writer's two streams, as one strategy: the orders topic and the
+vouchers topic (flash voucher uses). The batched sink (writer/sink.py, its SQL in writer/sql.py),
+its rules (writer/rules.py), the loop (writer/consumer.py) and the Redis settling
+(writer/settle.py) are written once, against this: a stream brings its particulars (its event
+type, its tables, its words and refusal reasons: data, both streams' side by side in
+writer/streams.py) and its hooks (its rows' checks and its Redis calls: give a hold back, forfeit
+it (no unit back), re-assert it: writer/orders.py, writer/vouchers.py)."""
 
 from __future__ import annotations
 
@@ -67,9 +68,11 @@ class Holder:
         return self.target, self.order_id
 
 
+# eq=False: streams compare (and hash) by identity, one instance each, not by their fields.
+@dataclass(frozen=True, eq=False)
 class Stream(ABC, Generic[E, K]):
-    """One stream's particulars: a subclass sets these and implements the hooks; one instance
-    each (writer.orders.ORDERS, writer.vouchers.VOUCHERS)."""
+    """One stream: its particulars are these fields (given by writer/streams.py's table), a
+    subclass implements the hooks; one instance each (writer.streams.ORDERS, VOUCHERS)."""
 
     name: str  # "orders", "vouchers": a metrics label
     noun: str  # "order", "voucher use": in logs and dead-letter reasons; plural with an s

@@ -15,32 +15,19 @@ from __future__ import annotations
 from collections.abc import Awaitable, Mapping, Set
 from typing import Any
 
-from domain.voucher_arm import OUT_OF_STOCK
-from domain.voucher_lifecycle import ACTIVE
 from domain.vouchers import valid_code, valid_order_id
 from kernel.events import VoucherReserved
 from shard_router import ShardRouter, VoucherStore
 from shard_router.reassert import Reasserted, forfeit_use, reassert_use
-from writer import metrics
 from writer.batch import BIGINT, InvalidEvent, Record, Row, in_range, timestamp
-from writer.sql import Schema
 from writer.stream import Decision, Holder, Locked, Stream
 
 Redemption = Row[VoucherReserved]
 
-SCHEMA = Schema(
-    table="voucher_redemption",
-    columns="order_id text, voucher_code text, customer_id bigint, order_amount bigint,"
-    " discount_amount bigint, reserved_at timestamptz, expires_at timestamptz",
-    accepted="RESERVED",
-    holding=ACTIVE,
-    conflict="(voucher_code, order_id)",
-    counter="voucher",
-    counter_key="code",
-    taken="used_count",
-    capacity="total_limit",
-    per_buyer="per_customer_limit",
-    per_target=True,  # unique (voucher_code, order_id): migrations/0003
+# Its rows' columns (writer/sql.py's Schema.columns), in the order to_redemption() fills them.
+COLUMNS = (
+    "order_id text, voucher_code text, customer_id bigint, order_amount bigint,"
+    " discount_amount bigint, reserved_at timestamptz, expires_at timestamptz"
 )
 
 
@@ -59,15 +46,7 @@ def to_redemption(record: Record, event: VoucherReserved) -> Redemption:
 
 
 class VoucherStream(Stream[VoucherReserved, str]):
-    name = "vouchers"
-    noun = "voucher use"
-    event = VoucherReserved
-    target_noun = "voucher"
-    unit = "use"
-    schema = SCHEMA
-    metric = metrics.VOUCHER_USES
-    failpoints = "writer.vouchers"
-    exhausted = OUT_OF_STOCK
+    """The vouchers stream's hooks; its particulars are writer/streams.py's (VOUCHERS)."""
 
     def to_row(self, record: Record, event: VoucherReserved) -> Redemption:
         return to_redemption(record, event)
@@ -103,6 +82,3 @@ class VoucherStream(Stream[VoucherReserved, str]):
 
     def drop(self, router: ShardRouter, outbox: str, order_ids: list[str]) -> Awaitable[object]:
         return VoucherStore(router).ack_outbox(outbox, order_ids)
-
-
-VOUCHERS = VoucherStream()
