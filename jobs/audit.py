@@ -18,7 +18,12 @@ import abc
 import asyncio
 from collections.abc import Awaitable, Callable, Collection, Container, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Generic, TypeVar
+
+import asyncpg
+
+from kernel.settings import Settings
 
 E = TypeVar("E")  # a hold, as the domain releases it (Ended, EndedUse)
 K = TypeVar("K")  # an item id, a voucher code
@@ -148,3 +153,43 @@ async def reconcile_each(
         await checked(key) if await repaired(report) else report
         for key, report in zip(keys, reports, strict=True)
     ]
+
+
+S = TypeVar("S")  # the Redis side a kind's checks and repairs call: the router, a voucher store
+
+
+@dataclass(frozen=True)
+class Reconciliation(Generic[K, A, S]):
+    """What reconciling one kind of target (items: jobs/reconcile.py, flash and ordinary
+    vouchers: jobs/voucher_reconcile.py) differs in; calling it reconciles them, one way for
+    both (reconcile_each)."""
+
+    recent: str  # SQL, one column: the keys checked when none are given (lately live), in order
+    lag: Callable[[Settings], int]  # the writer's lag on the kind's topic (blocking)
+    check: Callable[[Settings, asyncpg.Pool, S, K, int], Awaitable[A]]  # a key's report, given lag
+    # Repairs a report (the bool: ``rebuild``); whether it did anything.
+    repair: Callable[[Settings, asyncpg.Pool, S, A, bool], Awaitable[bool]]
+
+    async def __call__(
+        self,
+        cfg: Settings,
+        pool: asyncpg.Pool,
+        redis: S,
+        keys: list[K] | None = None,
+        *,
+        fix: bool = False,
+        rebuild: bool = True,
+    ) -> list[A]:
+        """The targets of ``recent`` (or these ``keys``); ``fix`` repairs what is safe on sale,
+        and with ``rebuild`` also what needs the target paused (a kind with no such repair
+        ignores it)."""
+        if keys is None:
+            keys = [r[0] for r in await pool.fetch(self.recent)]
+
+        def check(key: K, lag: int) -> Awaitable[A]:
+            return self.check(cfg, pool, redis, key, lag)
+
+        def repair(report: A) -> Awaitable[bool]:
+            return self.repair(cfg, pool, redis, report, rebuild)
+
+        return await reconcile_each(keys, partial(self.lag, cfg), check, repair if fix else None)

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from functools import partial
+from typing import Final
 
 import asyncpg
 
 from domain.arm import arm_item
 from domain.give_back import give_back
 from domain.order_lifecycle import ACTIVE, SOLD_OUT, Ended, release_ended
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, Stuck, reconcile_each
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck
 from jobs.outbox_delivery import deliver
 from jobs.repairs import repaired
 from jobs.table import render
@@ -149,22 +149,14 @@ where s.armed_at is not null and s.ends_at > now() - interval '1 day' order by i
 """
 
 
-async def reconcile(
-    cfg: Settings,
-    pool: asyncpg.Pool,
-    router: ShardRouter,
-    item_ids: list[int] | None = None,
-    *,
-    fix: bool = False,
-    rebuild: bool = True,
-) -> list[ItemReport]:
-    """Every item of a sale armed and ended less than a day ago (or these items); ``fix``
-    repairs what is safe on sale, and with ``rebuild`` the shards of a drifted paused item."""
-    if item_ids is None:
-        item_ids = [r["id"] for r in await pool.fetch(_RECENT)]
-    check = partial(reconcile_item, pool, router)
-    repair = partial(repair_item, cfg, pool, router, rebuild=rebuild)
-    return await reconcile_each(item_ids, partial(writer_lag, cfg), check, repair if fix else None)
+# Every item of a sale armed and ended less than a day ago (or these items); ``fix`` repairs what
+# is safe on sale, and with ``rebuild`` the shards of a drifted paused item.
+reconcile: Final[Reconciliation[int, ItemReport, ShardRouter]] = Reconciliation(
+    recent=_RECENT,
+    lag=writer_lag,  # the orders topic, the writer's group
+    check=lambda cfg, pool, router, item_id, lag: reconcile_item(pool, router, item_id, lag),
+    repair=repair_item,
+)
 
 
 _COLUMNS = f"item:>8 qty:>7 sold:>7 pending:>7 paid:>7 left:>7 {AUDIT_COLUMNS}"

@@ -15,14 +15,14 @@ safe while customers reserve); a ghost or a lost hold needs ``flashsale voucher 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
+from typing import Final
 
 import asyncpg
 
 from domain.give_back import give_back
 from domain.voucher_arm import OUT_OF_STOCK
 from domain.voucher_lifecycle import ACTIVE, EndedUse
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, Stuck, reconcile_each
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck
 from jobs.outbox_delivery import deliver
 from jobs.repairs import repaired
 from jobs.table import render
@@ -123,21 +123,20 @@ async def repair_voucher(cfg: Settings, store: VoucherStore, report: VoucherRepo
 _RECENT = "select code from voucher where ends_at > now() - interval '1 day' order by code"
 
 
-async def reconcile_vouchers(
-    cfg: Settings,
-    pool: asyncpg.Pool,
-    store: VoucherStore,
-    codes: list[str] | None = None,
-    *,
-    fix: bool = False,
-) -> list[VoucherReport]:
-    """Every voucher live in the last day (or these codes); ``fix`` repairs what is safe live."""
-    if codes is None:
-        codes = [r["code"] for r in await pool.fetch(_RECENT)]
-    check = partial(reconcile_voucher, pool, store, hold_s=cfg.voucher_hold_seconds)
-    lag = partial(writer_lag, cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
-    repair = partial(repair_voucher, cfg, store)
-    return await reconcile_each(codes, lag, check, repair if fix else None)
+def _lag(cfg: Settings) -> int:
+    return writer_lag(cfg, cfg.vouchers_topic, cfg.voucher_writer_group)
+
+
+# Every voucher live in the last day (or these codes); ``fix`` repairs what is safe live (a
+# voucher has nothing to rebuild: a ghost or a lost hold needs `flashsale voucher arm`).
+reconcile_vouchers: Final[Reconciliation[str, VoucherReport, VoucherStore]] = Reconciliation(
+    recent=_RECENT,
+    lag=_lag,
+    check=lambda cfg, pool, store, code, lag: reconcile_voucher(
+        pool, store, code, lag, hold_s=cfg.voucher_hold_seconds
+    ),
+    repair=lambda cfg, pool, store, report, rebuild: repair_voucher(cfg, store, report),
+)
 
 
 _COLUMNS = f"voucher:<20 kind:<8 limit:>7 used:>7 reserved:>8 confirmed:>9 left:>7 {AUDIT_COLUMNS}"
