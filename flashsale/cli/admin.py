@@ -1,8 +1,9 @@
 """What ``sale`` and ``voucher`` share: one command group of create, show and arm, written once.
 
 ``create`` takes the API's request body from ``--from FILE`` or builds it from options (a
-``Form``), each option's default applying only when no file is given; ``show`` and ``arm`` name
-one ``Subject`` (a SALE_ID, a CODE); arming's refusal is one line; each prints JSON or text.
+``Form``, which declares every argument of create), each option's default applying only when
+no file is given; ``show`` and ``arm`` name one ``Subject`` (a SALE_ID, a CODE); arming's refusal
+is one line; each prints JSON or text.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from domain.errors import NotReady
@@ -99,16 +100,26 @@ class Form(Generic[T]):
     body: Callable[[Mapping[str, Any], argparse.Namespace], dict[str, Any]]
     source_help: str  # --from's help
     title: str  # the options' group: "a voucher from options"
-    flags: Sequence[str] = ()  # switches (store_true) a file excludes too: "flash"
+    # Switches (store_true) a file excludes too, with their help: {"flash": "a flash voucher: …"}
+    flags: Mapping[str, str] = field(default_factory=dict)
     positional: str | None = None  # an argument the file holds too ("code"), given otherwise
+    positional_help: str = ""
 
-    def add_to(self, parser: argparse.ArgumentParser) -> argparse._ArgumentGroup:
-        """--from and the options (in a group, returned for the switches)."""
+    def add_to(self, parser: argparse.ArgumentParser) -> None:
+        """The positional argument, --from, and the options and switches (in a group)."""
+        if self.positional is not None:
+            parser.add_argument(
+                self.positional,
+                nargs="?",
+                metavar=self.positional.upper(),
+                help=self.positional_help,
+            )
         parser.add_argument("--from", dest="source", metavar="FILE", help=self.source_help)
         group = parser.add_argument_group(f"{self.title} (each has a default)")
         for option in self.options:
             option.add_to(group)
-        return group
+        for flag, text in self.flags.items():
+            group.add_argument(f"--{flag}", action="store_true", help=text)
 
     def read(self, args: argparse.Namespace) -> T:
         """The request, decoded (and refused) as the API decodes it."""
@@ -161,27 +172,43 @@ class Command:
     handler: Handler
 
 
-def add_group(
-    sub: Subcommands,
-    subject: Subject,
-    summary: str,
-    create: Callable[[Subcommands], None],
-    show: Command,
-    arm: Command,
-) -> None:
-    """``<noun> create|show|arm``: ``create`` adds its own parser (its form and any more)."""
-    parser = command(sub, subject.noun, summary)
-    actions = subcommands(parser, "action")
-    create(actions)
+class Group:
+    """``<noun> create|show|arm``: one subject's command group. Each action's handler is declared
+    where it is written, under its summary (``@GROUP.action("show", "print a sale")``); add_to()
+    adds the group to the command line. ``create`` takes ``form``'s arguments."""
 
-    p = command(actions, "show", show.summary, show.handler)
-    subject.add_to(p)
-    add_json(p)
+    ACTIONS = ("create", "show", "arm")
 
-    p = command(actions, "arm", arm.summary, arm.handler)
-    subject.add_to(p)
-    add_yes(p, f"re-arm a {subject.noun} that is armed already")
-    add_json(p)
+    def __init__(self, subject: Subject, summary: str, form: Form[Any]) -> None:
+        self.subject = subject
+        self.summary = summary
+        self.form = form
+        self.commands: dict[str, Command] = {}
+
+    def action(self, name: str, summary: str) -> Callable[[Handler], Handler]:
+        """A decorator: the handler of action ``name``, listed with ``summary``."""
+        assert name in self.ACTIONS, f"{self.subject.noun}: no action {name!r}"
+
+        def declare(handler: Handler) -> Handler:
+            self.commands[name] = Command(summary, handler)
+            return handler
+
+        return declare
+
+    def add_to(self, sub: Subcommands) -> None:
+        create, show, arm = (self.commands[name] for name in self.ACTIONS)
+        parser = command(sub, self.subject.noun, self.summary)
+        actions = subcommands(parser, "action")
+        self.form.add_to(command(actions, "create", create.summary, create.handler))
+
+        p = command(actions, "show", show.summary, show.handler)
+        self.subject.add_to(p)
+        add_json(p)
+
+        p = command(actions, "arm", arm.summary, arm.handler)
+        self.subject.add_to(p)
+        add_yes(p, f"re-arm a {self.subject.noun} that is armed already")
+        add_json(p)
 
 
 async def arming(what: str, arm: Awaitable[T]) -> T:

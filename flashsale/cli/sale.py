@@ -13,12 +13,12 @@ from typing import Any
 from domain.rules import RowId
 from domain.sales import NewSale, create_sale
 from flashsale.cli import output, queries, views
-from flashsale.cli.admin import Command, Form, Option, Subject, add_group, arming, moments, show
+from flashsale.cli.admin import Form, Group, Option, Subject, arming, moments, show
 from flashsale.cli.admin import window as window_options
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_db, run_stack
 from flashsale.cli.errors import Failure
-from flashsale.cli.parser import Subcommands, command, integer
+from flashsale.cli.parser import integer
 from kernel.settings import Settings
 
 SALE = Subject("sale", "id", "SALE_ID", RowId, integer)
@@ -79,8 +79,10 @@ FORM = Form(
     "'-' reads stdin; the one-item options below then do not apply",
     title="a one-item sale from options",
 )
+SALES = Group(SALE, "create a sale, show it with its items, arm it", FORM)
 
 
+@SALES.action("create", "create a sale (not yet armed) and print its ids as JSON")
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
     sale = FORM.read(args)  # before connecting: a refused sale needs no database
 
@@ -132,6 +134,7 @@ def render_sale(sale: views.Sale) -> str:
     return "\n".join(lines)
 
 
+@SALES.action("show", "print a sale and its items")
 def _show(args: argparse.Namespace, cfg: Settings) -> int:
     sale_id = int(SALE.of(args))
 
@@ -142,6 +145,11 @@ def _show(args: argparse.Namespace, cfg: Settings) -> int:
     return run_db(cfg, work)
 
 
+@SALES.action(
+    "arm",
+    "load each item's stock into Redis from the database; refused until every primary has an "
+    "in-sync replica",
+)
 def _arm(args: argparse.Namespace, cfg: Settings) -> int:
     from domain.arm import arm_sale
     from shard_router.stock_events import publish
@@ -172,24 +180,4 @@ def _arm(args: argparse.Namespace, cfg: Settings) -> int:
     return run_stack(cfg, work)
 
 
-def _add_create(actions: Subcommands) -> None:
-    FORM.add_to(
-        command(
-            actions, "create", "create a sale (not yet armed) and print its ids as JSON", _create
-        )
-    )
-
-
-def add_sale(sub: Subcommands) -> None:
-    add_group(
-        sub,
-        SALE,
-        "create a sale, show it with its items, arm it",
-        _add_create,
-        Command("print a sale and its items", _show),
-        Command(
-            "load each item's stock into Redis from the database; refused until every primary "
-            "has an in-sync replica",
-            _arm,
-        ),
-    )
+add_sale = SALES.add_to

@@ -16,12 +16,12 @@ import msgspec
 
 from domain.vouchers import Code, NewVoucher, VoucherExists, create_voucher, fetch_voucher
 from flashsale.cli import output, views
-from flashsale.cli.admin import Command, Form, Option, Subject, add_group, arming, moments, show
+from flashsale.cli.admin import Form, Group, Option, Subject, arming, moments, show
 from flashsale.cli.admin import window as window_options
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_db, run_stack
 from flashsale.cli.errors import Failure
-from flashsale.cli.parser import Subcommands, command, integer
+from flashsale.cli.parser import integer
 from kernel.settings import Settings
 
 VOUCHER = Subject("voucher", "code", "CODE", Code)
@@ -76,9 +76,14 @@ FORM = Form(
     source_help="the voucher as the JSON body of POST /admin/vouchers; '-' reads stdin; CODE and "
     "the options below then do not apply",
     title="a voucher from options",
-    flags=["flash"],
+    flags={
+        "flash": "a flash voucher: uses are taken in Redis, armed at once (default: ordinary, "
+        "taken in PostgreSQL)"
+    },
     positional="code",
+    positional_help="the code buyers type: 1-64 of A-Z a-z 0-9 _ -",
 )
+VOUCHERS = Group(VOUCHER, "create a voucher, show its counters, arm a flash one", FORM)
 
 
 async def _arm(pool: Any, store: Any, code: str) -> Any:
@@ -96,6 +101,7 @@ async def _insert(pool: Any, new: NewVoucher) -> dict[str, Any]:
     return msgspec.structs.asdict(views.VoucherTerms.of(voucher))
 
 
+@VOUCHERS.action("create", "create a voucher (a flash one is armed at once) and print it as JSON")
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
     new = FORM.read(args)  # before connecting: a refused voucher needs no database
 
@@ -135,6 +141,7 @@ def render_voucher(terms: views.VoucherTerms) -> str:
     )
 
 
+@VOUCHERS.action("show", "print a voucher, its counters and its drift")
 def _show(args: argparse.Namespace, cfg: Settings) -> int:
     code = str(VOUCHER.of(args))
 
@@ -158,6 +165,9 @@ def _show(args: argparse.Namespace, cfg: Settings) -> int:
     return run_stack(cfg, work)
 
 
+@VOUCHERS.action(
+    "arm", "load a flash voucher's uses into Redis from the database (after a Redis loss)"
+)
 def _arm_command(args: argparse.Namespace, cfg: Settings) -> int:
     code = str(VOUCHER.of(args))
 
@@ -190,33 +200,4 @@ def _arm_command(args: argparse.Namespace, cfg: Settings) -> int:
     return run_stack(cfg, work)
 
 
-def _add_create(actions: Subcommands) -> None:
-    p = command(
-        actions,
-        "create",
-        "create a voucher (a flash one is armed at once) and print it as JSON",
-        _create,
-    )
-    p.add_argument(
-        "code", nargs="?", metavar="CODE", help="the code buyers type: 1-64 of A-Z a-z 0-9 _ -"
-    )
-    FORM.add_to(p).add_argument(
-        "--flash",
-        action="store_true",
-        help="a flash voucher: uses are taken in Redis, armed at once (default: ordinary, "
-        "taken in PostgreSQL)",
-    )
-
-
-def add_voucher(sub: Subcommands) -> None:
-    add_group(
-        sub,
-        VOUCHER,
-        "create a voucher, show its counters, arm a flash one",
-        _add_create,
-        Command("print a voucher, its counters and its drift", _show),
-        Command(
-            "load a flash voucher's uses into Redis from the database (after a Redis loss)",
-            _arm_command,
-        ),
-    )
+add_voucher = VOUCHERS.add_to
