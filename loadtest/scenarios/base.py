@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
 from locust import FastHttpUser
@@ -22,6 +22,7 @@ PROCESSING_TRIES = 5
 
 # Looks at an answer inside its ``with`` block (so it can still fail it): a reason, or None.
 Judge = Callable[[Answer], str | None]
+T = TypeVar("T")
 
 
 class GatewayUser(FastHttpUser):
@@ -33,15 +34,17 @@ class GatewayUser(FastHttpUser):
     cfg: Settings
 
     def on_start(self) -> None:
-        process = run.current()
-        if process is None:
-            log.error(
-                "no target for this run (see the master's log): %s stops", type(self).__name__
-            )
-            raise StopUser()
-        self.process = process
+        self.process = self.required(run.current(), "no target for this run (see the master's log)")
         self.opts = Options.of(self.environment.parsed_options)
         self.cfg = settings()
+
+    def required(self, value: T | None, missing: str) -> T:
+        """``value``, which this user's scenario cannot go without; when it is None, 0 or empty,
+        the user logs ``missing`` and stops."""
+        if not value:
+            log.error("%s: %s stops", missing, type(self).__name__)
+            raise StopUser()
+        return value
 
     def call(
         self,

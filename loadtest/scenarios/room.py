@@ -12,15 +12,13 @@ without an admission: it must get 429s and 403 ADMISSION_REQUIRED, never a 202.
 
 from __future__ import annotations
 
-from locust import constant, constant_throughput, task
-from locust.exception import StopUser
+from locust import constant, task
 
 from gateway.waiting_room import proof
 from loadtest.scenarios import answers
 from loadtest.scenarios.answers import Answer
-from loadtest.scenarios.base import log
 from loadtest.scenarios.run import Buyer
-from loadtest.scenarios.shoppers import Shopper
+from loadtest.scenarios.shoppers import Bot, Shopper
 
 MAX_POLLS = 600  # a buyer gives up after this many polls (Retry-After is 1-30 s)
 
@@ -30,10 +28,8 @@ class _RoomUser(Shopper):
 
     def on_start(self) -> None:
         super().on_start()
-        if not self.process.run.sale_id:
-            log.error("no sale id in this run (--sale-id): %s stops", type(self).__name__)
-            raise StopUser()
-        self.queue_path = f"/api/flash-sales/sales/{self.process.run.sale_id}/queue"
+        sale_id = self.required(self.process.run.sale_id, "no sale id in this run (--sale-id)")
+        self.queue_path = f"/api/flash-sales/sales/{sale_id}/queue"
 
     def join(self, buyer: Buyer) -> Answer:
         answer = self.call(
@@ -73,9 +69,7 @@ class RoomShopper(_RoomUser):
 
     @task
     def queue_and_buy(self) -> None:
-        buyer = self.process.crowd_buyer()
-        if buyer is None:
-            raise StopUser()
+        buyer = self.crowd_buyer()
         joined = self.join(buyer)
         if joined.status != 200:
             return
@@ -94,18 +88,12 @@ class RoomShopper(_RoomUser):
             self.pause(float(answer.retry_after or 1))  # as the gateway asks
 
 
-class RoomBotMix(_RoomUser):
+# Bot first: its on_start makes the bot after the room's checks, as the room's users need them.
+class RoomBotMix(Bot, _RoomUser):
     """A bot that never waits its turn: it must never buy."""
-
-    weight = 1
-
-    def wait_time(self) -> float:
-        pace: float = constant_throughput(self.opts.bot_rate)(self)
-        return pace
 
     def on_start(self) -> None:
         super().on_start()
-        self.bot = self.process.new_buyer()
         joined = self.join(self.bot)
         self.ticket = joined.body.get("ticket", "") if joined.status == 200 else ""
 

@@ -16,7 +16,7 @@ from locust.exception import StopUser
 
 from loadtest.scenarios import answers
 from loadtest.scenarios.answers import Answer
-from loadtest.scenarios.base import GatewayUser, Judge, log
+from loadtest.scenarios.base import GatewayUser, Judge
 from loadtest.scenarios.run import Buyer
 
 OPENING_RETRY_S = 0.25
@@ -30,10 +30,8 @@ class Shopper(GatewayUser):
 
     def on_start(self) -> None:
         super().on_start()
-        if not self.process.run.item_id:
-            log.error("no item to buy in this run: %s stops", type(self).__name__)
-            raise StopUser()
-        self.purchase_path = f"/api/flash-sales/items/{self.process.run.item_id}/purchase"
+        item_id = self.required(self.process.run.item_id, "no item to buy in this run")
+        self.purchase_path = f"/api/flash-sales/items/{item_id}/purchase"
 
     def purchase_once(
         self, buyer: Buyer, judge: Judge | None = None, no_answer_ok: bool = False
@@ -108,6 +106,14 @@ class Shopper(GatewayUser):
     def wait_for_opening(self) -> None:
         self.process.wait_for_opening()
 
+    def crowd_buyer(self) -> Buyer:
+        """The next buyer of the crowd; once this worker's slice of ``--buyers`` is through, the
+        user stops: that is how the crowd's scenarios end."""
+        buyer = self.process.crowd_buyer()
+        if buyer is None:
+            raise StopUser()
+        return buyer
+
 
 class FlashSaleSpike(Shopper):
     """The crowd released at the opening second: every buyer distinct, buying once, polling its
@@ -119,9 +125,7 @@ class FlashSaleSpike(Shopper):
 
     @task
     def buy_once(self) -> None:
-        buyer = self.process.crowd_buyer()
-        if buyer is None:
-            raise StopUser()
+        buyer = self.crowd_buyer()
         self.wait_for_opening()
         answer = self.purchase(buyer)
         if answer.status == 202 and answer.order_id:
@@ -188,11 +192,12 @@ class RetryStorm(Shopper):
         return [a for a in got if a is not None]
 
 
-class BotMix(Shopper):
-    """A few bots far over the per-user limit (``--bot-rate``/s against 5/s): after the first
-    answers (202, then 409s) they must get 429 with Retry-After, and never a second 202. Give
-    it a small share: weight 1 against the spike's 100."""
+class Bot(Shopper):
+    """One identity (``self.bot``) at ``--bot-rate`` requests a second, whatever it is answered:
+    the bots of this mix and of the waiting room's (loadtest/scenarios/room.py), a small share
+    (weight 1 against the crowd's 100)."""
 
+    abstract = True
     weight = 1
 
     def wait_time(self) -> float:
@@ -202,6 +207,15 @@ class BotMix(Shopper):
     def on_start(self) -> None:
         super().on_start()
         self.bot = self.process.new_buyer()
+
+
+class BotMix(Bot):
+    """A few bots far over the per-user limit (``--bot-rate``/s against 5/s): after the first
+    answers (202, then 409s) they must get 429 with Retry-After, and never a second 202. Give
+    it a small share: weight 1 against the spike's 100."""
+
+    def on_start(self) -> None:
+        super().on_start()
         self.once = _OneOrder([])
 
     @task
