@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench import phased_vegeta
+from loadtest.bench import overload, phased_vegeta
 from loadtest.bench.phased import Phase, recovery_s
 from loadtest.generators.vegeta import Hit, percentile, read_csv, summary
 
@@ -80,3 +80,20 @@ def test_phased_report_counts_goodput_while_the_overload_lasts() -> None:
     assert result["sent_rps"] == pytest.approx(40)
     # 400 ms answers in the first three windows: recovered after 0.3 s under a 20 ms bound.
     assert recovery_s(result["after_windows"], bound_ms=20) == pytest.approx(0.3)
+
+
+def _row(multiple: float, offered: float, sent: float | None) -> dict[str, object]:
+    return {
+        "multiple": multiple, "offered_rps": offered, "goodput_rps": 900.0, "ok_p99_ms": 20.0,
+        "refused_rps": 0.0, "refused_p99_ms": 0.0, "counts": {"other": 0}, "unanswered": 0,
+        "peak_rss_mb": 100.0, "recovery_s": 0.0, "dispatch_lag_p99_ms": 0.5, "run": "gateway, on",
+        **({"sent_rps": sent} if sent is not None else {}),
+    }  # fmt: skip
+
+
+def test_overload_table_marks_the_rows_vegeta_could_not_offer() -> None:
+    rows = [_row(0.5, 500, 500), _row(2, 2000, 1200), _row(5, 5000, None)]
+    assert [overload.generator_limited(r) for r in rows] == [False, True, False]
+    half, double, five = overload.table("reserve", 1000, rows).splitlines()[4:]
+    assert double.startswith("| 2× (2,000/s) † sent 1,200/s |")
+    assert "†" not in half and "†" not in five
