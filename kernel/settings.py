@@ -209,11 +209,12 @@ class Settings:
     # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
     # at once, and how long a queued one may wait (timeout queue). Measured: see
     # loadtest/bench/standalone/30-overload.md. edge_maxconn: client connections haproxy holds.
-    # 256: a quiet machine's gateway reaches its closed-loop maximum (7,288/s) only with ~250
-    # requests in flight (its pipelines batch what waits); 64 capped it at 0.48 of that and
-    # refused at half load. A queue as deep, waited in at most 100 ms.
-    edge_server_maxconn: int = 256
-    edge_queue_per_server: int = 256
+    # Measured on the quiet machine with haproxy off the gateway's core (30-overload.md, runs
+    # E-H): 384 slots keep a gateway's pipelines full (0.96 of its maximum at 2x offered, 0.92
+    # at 5x; 256 gave 0.88, 0.80); a queue of 32 drains in ~6 ms, so nearly every refusal is
+    # the at-once kind (p99 9.5 ms at 2x; 256 queued gave ~100 ms, the queue timeout itself).
+    edge_server_maxconn: int = 384
+    edge_queue_per_server: int = 32
     edge_queue_timeout_ms: int = 100
     edge_maxconn: int = 16000
 
