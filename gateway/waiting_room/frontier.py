@@ -23,7 +23,7 @@ from gateway.soldout import follow
 from gateway.waiting_room import queue
 from gateway.waiting_room.tickets import Signer
 from shard_router import ShardUnavailable
-from shard_router.stock_events import publish
+from shard_router.stock_events import publish, publish_message
 
 log = logging.getLogger(__name__)
 CHANNEL = "flashsale:waiting-room"
@@ -190,9 +190,8 @@ class WaitingRooms:
 
 
 async def publish_frontier(s: Services, sale: int, frontier: int, spent: int) -> None:
-    message = f"{sale}:{frontier}:{spent}"
-    with contextlib.suppress(Exception):  # best effort: every gateway's own tick catches up
-        await asyncio.wait_for(s.router.client.publish(CHANNEL, message), 1.0)
+    # Best effort: every gateway's own tick catches up.
+    await publish_message(s.router.client, CHANNEL, f"{sale}:{frontier}:{spent}")
 
 
 async def listen(rooms: WaitingRooms, nodes: tuple[str, ...], stop: asyncio.Event) -> None:
