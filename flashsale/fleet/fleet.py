@@ -181,6 +181,7 @@ def _start_balancer(cfg: Settings, hosts: list[Host], pin: list[str]) -> None:
         root.socket,
         root.soldout_map,
         root.root / "haproxy.pid",
+        haproxy.Edge.of(cfg),  # the fleet's own settings, as its gateways and agent get them
     )
     root.config.write_text(text)
     managed = balancer(cfg)

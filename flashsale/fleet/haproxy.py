@@ -55,9 +55,8 @@ def render(
     socket_path: Path,
     map_path: Path,
     pidfile: Path,
-    edge: Edge | None = None,
+    edge: Edge,
 ) -> str:
-    edge = edge or Edge.of(settings())
     servers = "\n".join(
         line
         for h in hosts
@@ -109,7 +108,13 @@ def serving(
     )
     soldout_map.write_text("")
     text = render(
-        [Host(1, host)], int(gateway_port), port, sock, soldout_map, workdir / "pid", edge
+        [Host(1, host)],
+        int(gateway_port),
+        port,
+        sock,
+        soldout_map,
+        workdir / "pid",
+        edge or Edge.of(settings()),
     )
     config.write_text(text)
     with process_group([*prefix, "haproxy", "-db", "-f", str(config)], log=log) as proc:
