@@ -53,16 +53,6 @@ def stack_cpu_seconds(cfg: Settings) -> dict[str, float]:
     return by_name
 
 
-def core_ticks(core: int) -> tuple[int, int]:
-    """(busy, total) jiffies of ``core`` so far, from /proc/stat."""
-    for line in Path("/proc/stat").read_text().splitlines():
-        if line.startswith(f"cpu{core} "):
-            values = [int(v) for v in line.split()[1:]]
-            idle = values[3] + values[4]  # idle + iowait
-            return sum(values) - idle, sum(values)
-    raise ValueError(f"no cpu{core} in /proc/stat")
-
-
 def _pin(pids: set[int], cores: set[int]) -> None:
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):

@@ -49,6 +49,7 @@ from loadtest.bench import affinity, sale, servers
 from loadtest.bench import results as store
 from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Options, Served
 from loadtest.bench.stats import summarize
+from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens, wrk
 from loadtest.scenarios.admin import NewItem, new_sale
@@ -64,7 +65,6 @@ TITLES = {
 PARTS = ("closed", "open", "same", "reserve", "fleet")
 PAGE = PROJECT_ROOT / "loadtest" / "bench" / "standalone" / "60-balancer.md"
 IDLE_S = 3.0  # the fleet's processes measured with no load, before the mixed run
-GENERATOR_LAG_MS = 1.0  # as the planner judges the open-loop generator (capacity/plan.py)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

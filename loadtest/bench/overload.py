@@ -144,11 +144,10 @@ class Overload:
         ):
             if path == "sold_out":
                 self._flag(served, item)
-            cpu = [servers.cpu_seconds(p) for p in (served.pid, balancer.pid if balancer else 0)]
+            pids = {"gateway": served.pid, **({"haproxy": balancer.pid} if balancer else {})}
+            cpu = {name: servers.cpu_seconds(pid) for name, pid in pids.items()}
             result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
-            result["cpu_s"] = {"gateway": servers.cpu_seconds(served.pid) - cpu[0]}
-            if balancer:
-                result["cpu_s"]["haproxy"] = servers.cpu_seconds(balancer.pid) - cpu[1]
+            result["cpu_s"] = {n: servers.cpu_seconds(p) - cpu[n] for n, p in pids.items()}
             result["peak_rss_mb"] = peak_rss_mb(served.pid)
             result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None
@@ -336,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     opts = Options(
         duration_s=5.0, warmup_s=2.0, soldout_connections=64, reserve_connections=256,
         open_connections=args.connections, open_warmup_s=1.0, redis_clients=50, redis_calls={},
-        stack_core=0 if args.stack_on == "server" else None,
+        stack_core=Options.server_core if args.stack_on == "server" else None,
     )  # fmt: skip
     log_dir = REPORTS_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import httpx
 
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest.bench import affinity, sale, servers, topics
+from loadtest.bench import affinity, machine, sale, servers, topics
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens, wrk
@@ -146,10 +146,10 @@ class Beside:
 
     @classmethod
     def start(cls, cfg: Settings) -> Beside:
-        return cls(cfg, affinity.core_ticks(LOAD_CORE), affinity.stack_cpu_seconds(cfg))
+        return cls(cfg, machine.cpu_ticks(f"cpu{LOAD_CORE}"), affinity.stack_cpu_seconds(cfg))
 
     def stop(self) -> dict[str, Any]:
-        busy, total = affinity.core_ticks(LOAD_CORE)
+        busy, total = machine.cpu_ticks(f"cpu{LOAD_CORE}")
         now = affinity.stack_cpu_seconds(self.cfg)
         return {
             "load_core_busy": (busy - self.ticks[0]) / max(1, total - self.ticks[1]),

@@ -41,10 +41,9 @@ from loadtest.constants import LOCUSTFILE, REPORTS_DIR
 from loadtest.invariants import Check
 from loadtest.scenarios import admin
 from loadtest.scenarios.run import SEQ_BITS, WORKER_BITS
-from loadtest.scenarios.spike import Report, answer_checks, print_answers
+from loadtest.scenarios.spike import LOCUST_GRACE_S, Report, answer_checks, print_answers
 
 MASTER_PORT = 5557
-GRACE_S = 90.0  # beyond --duration: start-up, the stop timeout, writing the reports
 
 
 @dataclass(frozen=True)
@@ -188,7 +187,7 @@ def run_distributed(
             stack.enter_context(process_group(worker_argv(worker, master), log=log))
         argv = master_argv(opts, cfg, master, item, report_dir)
         with open(report_dir / "master.log", "w") as master_log:
-            code = run_master(argv, master_log, opts.duration_s + GRACE_S)
+            code = run_master(argv, master_log, opts.duration_s + LOCUST_GRACE_S)
         outcome_path = report_dir / "outcome.json"
         if not outcome_path.exists():
             result.checks = [Check("Locust ran", False, f"master exit {code}; see master.log")]
