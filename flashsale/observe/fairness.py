@@ -52,11 +52,11 @@ class Fairness:
 
     @property
     def rho_early(self) -> float:
-        return spearman(*map(list, zip(*self.early, strict=True))) if self.early else float("nan")
+        return _rho(self.early)
 
     @property
     def rho_late(self) -> float:
-        return spearman(*map(list, zip(*self.late, strict=True))) if self.late else float("nan")
+        return _rho(self.late)
 
     def lines(self, png: str) -> list[str]:
         joined = len(self.early) + len(self.late)
@@ -79,6 +79,11 @@ class Fairness:
             + ", ".join(f"{a} {n}" for a, n in top),
             f"  chart           {png}",
         ]
+
+
+def _rho(pairs: list[tuple[int, int]]) -> float:
+    """Spearman's rank correlation of the pairs' two sides (NaN for none)."""
+    return spearman(*map(list, zip(*pairs, strict=True))) if pairs else float("nan")
 
 
 def _share(part: int, whole: int) -> str:

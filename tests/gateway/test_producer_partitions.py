@@ -1,6 +1,6 @@
 """Sends stick to one writable partition per window (gateway/producer.py): a linger window's
 orders make one batch. Unit tests on faked metadata (real probe sockets), and the real broker
-acknowledging sends spread that way."""
+acknowledging the sends of a producer that chose its partition from a health round."""
 
 from __future__ import annotations
 
@@ -72,7 +72,9 @@ def test_a_partition_without_a_leader_gets_nothing(listening: int) -> None:
     assert chosen == {0, 2}
 
 
-async def test_the_broker_acknowledges_sends_to_sticky_partitions(live_stack: Settings) -> None:
+async def test_the_broker_acknowledges_a_producer_with_a_chosen_partition(
+    live_stack: Settings,
+) -> None:
     topic = f"test.sticky.{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": live_stack.kafka_bootstrap})
     admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(timeout=30)
