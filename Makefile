@@ -1,9 +1,11 @@
 # The README's two commands: `make demo` runs a whole flash sale on the local stack,
 # `make test` runs lint, types and the tests against the real stack. Both set up what is missing.
+# The quick tiers for the loop while working: `make check` (no servers) and `make test-fast`
+# (every test that needs no server of the stack; tests/support/tiers.py marks the others).
 PY := .venv/bin/python
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup stack demo test lint stop status bench
+.PHONY: setup stack demo test test-fast check lint stop status bench
 
 setup:
 	@scripts/bootstrap
@@ -14,14 +16,20 @@ stack: setup
 demo: stack
 	@$(PY) -m flashsale demo
 
-lint: setup
+check: setup
 	@$(PY) -m ruff check .
 	@$(PY) -m ruff format --check .
 	@$(PY) -m mypy
 	@.venv/bin/lint-imports --no-cache
 	@promtool test rules deploy/prometheus/tests/*.yml
 
-test: stack lint
+# `lint` is the name CI and older docs use for `check`.
+lint: check
+
+test-fast: setup
+	@$(PY) -m pytest -m "not integration"
+
+test: stack check
 	@$(PY) -m pytest
 
 bench: stack

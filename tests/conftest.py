@@ -1,4 +1,5 @@
-"""Fixtures that reach the real local stack, starting it when it is not up."""
+"""Fixtures that reach the real local stack, starting it when it is not up, and the tiers: a
+test that uses one of them is marked ``integration`` (tests/support/tiers.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,20 @@ from flashsale import stack
 from flashsale.migrate import migrate
 from kernel.settings import Settings, settings
 from shard_router import ShardRouter, VoucherStore
+from tests.support.tiers import mark_by_fixtures, refuse_stack_connections, server_fixture
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    mark_by_fixtures(items)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_stays_off_the_stack(request: pytest.FixtureRequest) -> Iterator[None]:
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    with refuse_stack_connections(settings()):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -19,7 +34,7 @@ def cfg() -> Settings:
     return settings()
 
 
-@pytest.fixture(scope="session")
+@server_fixture(scope="session")
 def live_stack(cfg: Settings) -> Iterator[Settings]:
     """The stack, started if needed (idempotent), with migrations applied."""
     stack.up(cfg, quiet=True)

@@ -10,15 +10,16 @@ from flashsale.stack.kafka import KafkaCluster
 from flashsale.stack.postgres import Postgres
 from flashsale.stack.redis_cluster import RedisCluster
 from kernel.settings import Settings
-from loadtest.invariants import render
+from rig.invariants import render
 from tests.support.system import Report
+from tests.support.tiers import server_fixture
 
 FAULTS_PORT = 18411  # this package: gateways on 18411 and 18412, the PostgreSQL proxy on 18421
 RATE = 200.0  # purchases per second: steady on 2 cores beside the whole stack
 SHARDS = 4
 
 
-@pytest.fixture(scope="session")
+@server_fixture(scope="session")
 def migrated(cfg: Settings) -> Settings:
     Postgres(cfg).up()
     migrate(cfg)

@@ -13,11 +13,12 @@ import pytest
 from kernel.settings import Settings
 from shard_router import ShardRouter
 from tests.shard_router.minicluster import MiniCluster, mini_cluster
+from tests.support.tiers import server_fixture
 
 RouterFactory = Callable[..., AbstractAsyncContextManager[ShardRouter]]
 
 
-@pytest.fixture(scope="session")
+@server_fixture(scope="session")
 def mini(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniCluster]:
     with mini_cluster(tmp_path_factory.mktemp("minicluster")) as cluster:
         yield cluster
