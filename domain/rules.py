@@ -34,9 +34,15 @@ class FieldRuleError(ValueError):
 
 
 def check_window(starts_at: dt.datetime, ends_at: dt.datetime) -> None:
-    """A sale's or a voucher's window: both ends with a time zone, the end after the start."""
+    """A sale's or a voucher's window: both ends with a time zone and within years 1-9999 in
+    UTC, the end after the start."""
     for field, moment in (("startsAt", starts_at), ("endsAt", ends_at)):
         if moment.tzinfo is None:
             raise FieldRuleError(field, "needs a time zone")
+        try:
+            # The driver sends UTC: an offset that crosses year 1 or 9999 cannot be stored.
+            moment.astimezone(dt.UTC)
+        except OverflowError:
+            raise FieldRuleError(field, "is out of range once in UTC") from None
     if ends_at <= starts_at:
         raise FieldRuleError("endsAt", "must be after startsAt")

@@ -570,6 +570,33 @@ async def test_bad_tokens_bodies_and_codes_are_4xx_and_take_nothing(
         assert answer[:2][0] == 400 and answer[1]["error"] == "INVALID_REQUEST", change
 
 
+# Moments a time zone pushes past year 9999 or before year 1 once in UTC (the driver's form).
+OUT_OF_RANGE = [
+    ("2030-01-01T00:00:00+00:00", "9999-12-31T23:59:59-01:00", "endsAt"),
+    ("0001-01-01T00:00:00+01:00", "2030-01-01T00:00:00+00:00", "startsAt"),
+]
+
+
+@pytest.mark.parametrize(("starts", "ends", "field"), OUT_OF_RANGE)
+async def test_a_date_out_of_range_in_utc_is_a_400_and_writes_nothing(
+    starts: str, ends: str, field: str, http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    code = f"D-{uuid.uuid4().hex[:16]}"
+    name = f"dates-{code}"
+    voucher = {"code": code, "discountAmount": 1, "totalLimit": 1}
+    sale = {"name": name, "items": [{"productId": "sku", "quantity": 1, "price": 1}]}
+    for path, body in (("/admin/vouchers", voucher), ("/admin/sales", sale)):
+        window = {"startsAt": starts, "endsAt": ends}
+        status, refused, headers = await _call(
+            http, "POST", path, json=body | window, headers=ADMIN
+        )
+        assert (status, refused["error"]) == (400, "INVALID_REQUEST"), (path, refused)
+        assert field in refused.get("detail", ""), refused
+        assert "Retry-After" not in headers
+    assert await db.fetchval("select count(*) from voucher where code = $1", code) == 0
+    assert await db.fetchval("select count(*) from flash_sale where name = $1", name) == 0
+
+
 async def test_an_order_id_belongs_to_one_customer_on_each_voucher(
     http: aiohttp.ClientSession,
 ) -> None:
