@@ -15,7 +15,7 @@ from gateway.requests import path_param
 from gateway.responses import json_response
 from gateway.services import Services
 from gateway.soldout import announce_restock
-from kernel.ids import item_of
+from kernel.ids import item_of, parse_order_id
 from shard_router import ShardUnavailable
 
 # What a payment that did not happen answers, when the database has the order.
@@ -23,14 +23,7 @@ _PAY_REFUSALS = {PayResult.EXPIRED: "ORDER_EXPIRED", PayResult.FAILED: "ORDER_FA
 
 
 def _order_id(request: Request) -> uuid.UUID:
-    return path_param(request, "order_id", _uuid, "ORDER_NOT_FOUND")
-
-
-def _uuid(text: str) -> uuid.UUID | None:
-    try:
-        return uuid.UUID(text)
-    except ValueError:
-        return None
+    return path_param(request, "order_id", parse_order_id, "ORDER_NOT_FOUND")
 
 
 async def _still_in_flight(s: Services, order_id: uuid.UUID, user_id: int) -> int | None:

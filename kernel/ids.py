@@ -4,9 +4,16 @@ Kafka can be found in Redis (its item's shards) from the id alone. The rest is r
 from __future__ import annotations
 
 import os
+import re
 import uuid
 
 _ITEM_BITS = 48
+# Only the canonical 8-4-4-4-12 form, in ASCII hex of either case: uuid.UUID alone also takes
+# braces, a "urn:uuid:" prefix, missing hyphens and Unicode digits, so one order would have
+# many spellings.
+_CANONICAL = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 _RANDOM_BATCH = 10 * 512
 
 
@@ -46,12 +53,16 @@ def new_order_id(item_id: int) -> str:
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+def parse_order_id(text: str) -> uuid.UUID | None:
+    """An order id as a client may write it (the canonical form), or None."""
+    if _CANONICAL.fullmatch(text) is None:
+        return None
+    return uuid.UUID(text)
+
+
 def item_of(order_id: str) -> int | None:
     """The item an order id was minted for, or None when it is not one of ours."""
-    try:
-        parsed = uuid.UUID(order_id)
-    except ValueError:
-        return None
-    if parsed.version != 8:
+    parsed = parse_order_id(order_id)
+    if parsed is None or parsed.version != 8:
         return None
     return parsed.int >> 80

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from kernel.ids import item_of, new_order_id
+from kernel.ids import item_of, new_order_id, parse_order_id
 
 
 def test_ids_are_uuid_v8_that_carry_their_item() -> None:
@@ -39,3 +39,21 @@ def test_a_forked_child_does_not_reuse_the_parents_random_bytes() -> None:
 def test_item_of_refuses_foreign_ids() -> None:
     assert item_of("not-a-uuid") is None
     assert item_of(str(uuid.uuid4())) is None
+
+
+def test_only_the_canonical_form_parses() -> None:
+    order_id = new_order_id(637)
+    assert parse_order_id(order_id) == uuid.UUID(order_id)
+    assert parse_order_id(order_id.upper()) == uuid.UUID(order_id)
+    assert item_of(order_id.upper()) == 637
+    digits = str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩")  # Arabic-Indic digits
+    for spelling in (
+        "{" + order_id + "}",
+        "urn:uuid:" + order_id,
+        order_id.replace("-", ""),
+        order_id.translate(digits),
+        order_id[:8] + order_id[9:13] + "-" + order_id[8] + order_id[13:],
+    ):
+        assert uuid.UUID(spelling) == uuid.UUID(order_id)  # uuid.UUID reads it as the same id
+        assert parse_order_id(spelling) is None, spelling
+        assert item_of(spelling) is None, spelling
