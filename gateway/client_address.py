@@ -31,16 +31,22 @@ def parse_networks(cidrs: Iterable[str]) -> tuple[Network, ...]:
 
 
 def parse_address(text: str) -> Address | None:
-    """An address as proxies write it: ``1.2.3.4``, ``1.2.3.4:80``, ``::1``, ``[::1]:80``."""
+    """An address as proxies write it: ``1.2.3.4``, ``1.2.3.4:80``, ``::1``, ``[::1]:80``; an
+    IPv4-mapped IPv6 address as its IPv4 address."""
     text = text.strip()
     if text.startswith("["):
         text = text[1 : text.find("]")] if "]" in text else ""
     elif text.count(":") == 1:
         text = text.split(":", 1)[0]
     try:
-        return ipaddress.ip_address(text)
+        address = ipaddress.ip_address(text)
     except ValueError:
         return None
+    # A dual-stack listener reports an IPv4 peer as ::ffff:a.b.c.d: the same host, which the
+    # IPv4 CIDRs of the trusted proxies must match.
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def bucket_key(address: Address) -> str:

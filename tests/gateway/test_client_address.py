@@ -42,6 +42,10 @@ def scope(peer: str | None, *forwarded: str) -> dict[str, object]:
         # IPv6: a host's /64 is one client; IPv4-mapped addresses are their IPv4 address.
         ("2001:db8:1:2:3:4:5:6", (), "2001:db8:1:2::/64"),
         ("::ffff:203.0.113.9", (), "203.0.113.9"),
+        # A trusted proxy seen through a dual-stack listener, and one that writes mapped hops.
+        ("::ffff:10.77.0.1", ("198.51.100.1",), "198.51.100.1"),
+        ("[::ffff:10.77.0.1]:4000", ("198.51.100.1",), "198.51.100.1"),
+        ("10.1.2.3", ("198.51.100.1, ::ffff:10.9.9.9",), "198.51.100.1"),
         ("2001:db8:ffff::7", ("2001:db8:1:2::9",), "2001:db8:1:2::/64"),
         # No peer at all (a UNIX socket).
         (None, ("198.51.100.1",), "-"),
@@ -73,7 +77,14 @@ def test_a_bad_cidr_fails_start_up_naming_the_setting() -> None:
 
 @pytest.mark.parametrize(
     ("text", "parsed"),
-    [("1.2.3.4", "1.2.3.4"), (" 1.2.3.4:80 ", "1.2.3.4"), ("::1", "::1"), ("[::1]:8", "::1")],
+    [
+        ("1.2.3.4", "1.2.3.4"),
+        (" 1.2.3.4:80 ", "1.2.3.4"),
+        ("::1", "::1"),
+        ("[::1]:8", "::1"),
+        ("::ffff:10.77.0.1", "10.77.0.1"),
+        ("[::ffff:10.77.0.1]:80", "10.77.0.1"),
+    ],
 )
 def test_address_forms(text: str, parsed: str) -> None:
     assert str(parse_address(text)) == parsed
