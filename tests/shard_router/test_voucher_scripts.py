@@ -68,6 +68,20 @@ async def test_release_gives_one_use_back_once_and_the_order_id_stays_ended(
     assert await _reserve(store, code, 1, "o2") is Outcome.RESERVED
 
 
+async def test_release_on_a_voucher_not_loaded_writes_nothing(
+    store: VoucherStore, code: str
+) -> None:
+    await store.load(code, 0, [("o1", 1)], [])
+    keys = voucher_keys(code)
+    await store.router.client.delete(keys.remaining)  # lost, as after a failover or a flush
+    assert await store.release(code, "o1") is False
+    assert await store.release(code, "o1", ended=False) is False
+    # No one-use voucher made up from nothing: it stays not loaded until it is armed again.
+    assert await store.router.client.exists(keys.remaining) == 0
+    assert await _reserve(store, code, 2, "o2") is Outcome.NOT_LOADED
+    assert await store.holds(code) == {"o1": 1}
+
+
 async def test_a_use_never_sent_may_be_retried_with_the_same_order_id(
     store: VoucherStore, code: str
 ) -> None:
