@@ -7,6 +7,8 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from writer.errors import WriterError
+
 log = logging.getLogger(__name__)
 
 METRICS_PORT = 9108
@@ -88,6 +90,13 @@ def forget_partitions(places: list[tuple[str, int]]) -> None:
 
 def serve(port: int, host: str = "127.0.0.1") -> WSGIServer:
     """Serve /metrics on ``port`` (0 picks a free one) from a daemon thread until shut down."""
-    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    except OSError as exc:
+        # A busy port is this host's configuration, not the stack being down: say which.
+        raise WriterError(
+            f"cannot serve writer metrics on {host}:{port}: {exc.strerror or exc}; choose "
+            "another port with FLASHSALE_WRITER_METRICS_PORT (0 picks a free one, -1 serves none)"
+        ) from exc
     log.info("writer metrics on :%d/metrics", server.server_port)
     return server
