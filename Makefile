@@ -33,7 +33,8 @@ test: stack check
 	@$(PY) -m pytest
 
 bench: stack
-	@$(PY) -m loadtest.bench
+	@scripts/bootstrap --bench
+	@PATH="$(CURDIR)/.venv/bin:$$PATH" $(PY) -m loadtest.bench
 
 status:
 	@$(PY) -m flashsale stack status

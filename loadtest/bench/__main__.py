@@ -33,7 +33,6 @@ from loadtest.bench import (
     phases,
     redisbench,
     report,
-    servers,
     techniques,
     voucherbench,
     writerbench,
@@ -41,8 +40,9 @@ from loadtest.bench import (
 from loadtest.bench import results as store
 from loadtest.bench.harness import GATEWAY_ENV, Harness, Options
 from loadtest.bench.sale import RESERVE_SHARDS, RESERVE_STOCK
-from loadtest.constants import REPORTS_DIR
+from loadtest.constants import BENCH_PORTS, REPORTS_DIR
 from loadtest.generators import tokens
+from rig.ports import free_port
 
 SECTIONS = (
     "closed",
@@ -131,7 +131,10 @@ def preflight(sections: Sequence[str]) -> None:
         t for t in wanted if shutil.which(t) is None and not Path(f"/usr/sbin/{t}").exists()
     )
     if missing:
-        raise SystemExit(f"missing tools: {', '.join(missing)}")
+        raise SystemExit(
+            f"missing tools: {', '.join(missing)} (install them with `scripts/bootstrap --bench`,"
+            " which `make bench` runs)"
+        )
     if machine.describe()["nproc"] < 2:
         raise SystemExit("needs 2 cores: the server on core 0, the load generator on core 1")
 
@@ -283,7 +286,7 @@ def run_vouchers(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
 
 def run_loadgen(ctx: Context, rec: store.Recorder) -> dict[str, Any]:
     o = ctx.opts
-    port = servers.free_port(set())
+    port = free_port(set(), BENCH_PORTS)
     cores = (o.server_core, o.load_core)
     about = loadgen.run(rec, ctx.args.repeats, o.duration_s, port, cores, ctx.workdir, ctx.log_dir)
     return {**about, "repeats": ctx.args.repeats}
