@@ -24,6 +24,7 @@ wait in a group commit (group_commit.py) and then go out as one batch under one 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import time
 from collections import defaultdict
@@ -35,6 +36,7 @@ from redis.exceptions import AskError, MovedError, NoScriptError, RedisError, Tr
 
 from kernel.errors import ShardUnavailable
 from shard_router.breaker import Breaker
+from shard_router.deadline import FAILURES
 from shard_router.group_commit import GroupCommit
 from shard_router.node_link import Batch, NodeLink
 from shard_router.scripts import Script
@@ -210,7 +212,7 @@ class AutoPipeline:
             await asyncio.wait_for(
                 loop.create_connection(lambda: link, host, int(port)), self._timeout_s * 4
             )
-        except (OSError, TimeoutError) as exc:
+        except FAILURES as exc:
             link.fail(exc)
 
     def _expire(self, batch: Batch) -> None:
@@ -335,10 +337,8 @@ class AutoPipeline:
     async def _move_slot(self, error: MovedError) -> None:
         """Point the slot at the node that answered for it, now, without waiting for the next
         topology refresh, so the calls that follow go there directly."""
-        try:
+        with contextlib.suppress(*FAILURES, KeyError):  # the periodic refresh puts it right
             await self._client.nodes_manager.move_slot(error)
-        except (RedisError, OSError, KeyError):
-            pass  # the periodic refresh puts it right
         self._refresh_topology()
 
     def _refresh_topology(self) -> None:
@@ -358,7 +358,7 @@ class AutoPipeline:
         try:
             # Bounded: a hung startup node must not hold the one refresh slot.
             await asyncio.wait_for(self._client.nodes_manager.initialize(), _REFRESH_TIMEOUT_S)
-        except (RedisError, OSError, TimeoutError):
+        except FAILURES:
             pass  # the next failure tries again
         finally:
             self._refreshing = False

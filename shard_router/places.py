@@ -44,12 +44,12 @@ class Places:
 
     async def outbox(self, key: str) -> dict[str, bytes]:
         """orderId → event payload."""
-        raw = await with_deadline(self._client.hgetall(key))
+        raw = await with_deadline(self._client.hgetall(key), client=self._client)
         return {k.decode(): v for k, v in raw.items()}
 
     async def holds(self, key: str) -> dict[str, int]:
         """orderId → the buyer (customer) holding the unit (use)."""
-        raw = await with_deadline(self._client.hgetall(key))
+        raw = await with_deadline(self._client.hgetall(key), client=self._client)
         return {k.decode(): int(v) for k, v in raw.items()}
 
     async def outboxes_in_use(
@@ -72,7 +72,7 @@ class Places:
         pipe.execute_command("GET", counter)
         for key in hashes:
             pipe.execute_command("HLEN", key)
-        left, *lengths = await with_deadline(pipe.execute())
+        left, *lengths = await with_deadline(pipe.execute(), client=self._client)
         return PlaceCounts(
             self._pipeline.node_of(counter), None if left is None else int(left), lengths
         )
@@ -98,4 +98,5 @@ class Places:
         await with_deadline(
             run_confirmed(self._client, counter, command, self._wait_replicas, _LOAD_WAIT_MS),
             timeout=10,
+            client=self._client,
         )

@@ -81,15 +81,21 @@ class ShardRouter:
         await self.pipeline.close()
         await self.client.aclose()
 
+    def _cold(self, call: Any, timeout: float | None = None) -> Coroutine[Any, Any, Any]:
+        """A redis-py call of the cold path, under its deadline, failing as ShardUnavailable."""
+        return with_deadline(call, timeout, client=self.client)
+
     async def load_scripts(self) -> None:
         """SCRIPT LOAD every script on every primary (EVALSHA then rarely meets NOSCRIPT)."""
         for script in scripts.ALL:
-            await self.client.script_load(script.source)
+            await self._cold(self.client.script_load(script.source))
 
     async def scripts_loaded_everywhere(self) -> bool:
         shas = [s.sha for s in scripts.ALL]
         for node in self.client.get_primaries():
-            found = await self.client.execute_command("SCRIPT EXISTS", *shas, target_nodes=node)
+            found = await self._cold(
+                self.client.execute_command("SCRIPT EXISTS", *shas, target_nodes=node)
+            )
             flags = found if isinstance(found, list) else [found]
             if not all(flags):
                 return False
@@ -99,7 +105,7 @@ class ShardRouter:
         """Per primary: does it have at least one replica with its link up?"""
         in_sync: dict[str, bool] = {}
         for node in self.client.get_primaries():
-            info = await self.client.info("replication", target_nodes=node)
+            info = await self._cold(self.client.info("replication", target_nodes=node))
             connected = int(info.get("connected_slaves", 0))
             lagging = [
                 info[k]
@@ -146,12 +152,12 @@ class ShardRouter:
         return released
 
     async def ping(self) -> None:
-        await with_deadline(self.client.ping(), timeout=1.0)
+        await self._cold(self.client.ping(), timeout=1.0)
 
     async def buyer_order(self, item_id: int, shards: int, user_id: int) -> str | None:
         """The order the buyer holds for this item according to their home shard, if any."""
         keys = shard_keys(item_id, home_shard(user_id, shards))
-        value = await with_deadline(self.client.hget(keys.buyers, str(user_id)))
+        value = await self._cold(self.client.hget(keys.buyers, str(user_id)))
         return pending_order(value) if value else None
 
     def ack_outbox(
@@ -168,7 +174,7 @@ class ShardRouter:
         pipe = self.client.pipeline()
         for k in range(shards):
             pipe.execute_command("GET", shard_keys(item_id, k).stock)
-        values = await with_deadline(pipe.execute())
+        values = await self._cold(pipe.execute())
         for k, value in enumerate(values):
             if value is None:
                 stock = shard_keys(item_id, k).stock
