@@ -21,7 +21,13 @@ import uvloop
 from flashsale.observe.fairness import write_fairness
 from flashsale.observe.report import write_report
 from flashsale.room_buyers import RoomClient
-from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
+from flashsale.stack.processes import (
+    LIFTED_IP_LIMITS,
+    http_ready,
+    process_group,
+    settings_env,
+    wait_ready,
+)
 from gateway.auth import sign_token
 from jobs.reconcile import reconcile, render_table
 from kernel.settings import Settings
@@ -30,8 +36,6 @@ from shard_router import ShardRouter
 DEMO_PORT = 18188
 ROOM_LEAD_S = 10  # --waiting-room: the sale starts this long after the crowd starts joining
 READY_TIMEOUT_S = 30.0
-# Every demo buyer comes from 127.0.0.1: the per-IP bucket would stop the crowd.
-LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
 
 
 async def _create_sale(

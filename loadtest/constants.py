@@ -18,6 +18,3 @@ BENCH_PORTS = range(18200, 18300)  # loadtest.bench: servers under test
 VOUCHER_BENCH_PORT = 18390  # loadtest.bench.voucher_load's gateway
 SPIKE_PORTS = range(18400, 18500)  # loadtest.scenarios.spike: its gateway
 NGINX_LISTEN = "127.0.0.1:18203"  # baselines/nginx.conf's own address, rewritten to a free port
-
-# All load comes from 127.0.0.1: the per-IP bucket is lifted, or it would be what is measured.
-LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}

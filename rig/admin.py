@@ -1,6 +1,6 @@
-"""The admin API calls a load run needs: create and arm a sale, create a flash voucher. Plain
-httpx, so the same code serves the locustfile (under gevent), ``loadtest.scenarios.spike`` and
-the benchmark's sales (``loadtest.bench``)."""
+"""The admin API calls a test or a load run needs: create and arm a sale, create a flash voucher.
+Plain httpx, so the same code serves the tests, the locustfile (under gevent),
+``loadtest.scenarios.spike`` and the benchmark's sales (``loadtest.bench``)."""
 
 from __future__ import annotations
 

@@ -52,7 +52,7 @@ from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens, wrk
-from loadtest.scenarios.admin import NewItem, new_sale
+from rig.admin import NewItem, new_sale
 
 SECTION = "balancer"
 SUBJECTS = ("haproxy_410", "haproxy_gateway", "nginx", "gateway")

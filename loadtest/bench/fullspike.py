@@ -27,9 +27,11 @@ from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import sale, servers
 from loadtest.bench.topics import own_topics
-from loadtest.constants import LIFTED_IP_LIMITS
+from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
-from loadtest.scenarios.admin import NewItem, new_sale
+from rig.admin import NewItem, new_sale
+from rig.ports import free_port
+from rig.sale import LIFTED_IP_LIMITS
 from shard_router import shard_keys
 
 POLL_S = 0.05
@@ -166,7 +168,7 @@ def _wrk_spike(url: str, token_file: Path, plan: Plan) -> tuple[dict[str, Any], 
 def run_once(
     cfg: Settings, plan: Plan, workdir: Path, log_dir: Path, buyers: tokens.BuyerIds
 ) -> tuple[dict[str, Any], list[str]]:
-    port = servers.free_port(set())
+    port = free_port(set(), BENCH_PORTS)
     base = f"http://127.0.0.1:{port}"
     token_file = tokens.write(cfg, workdir / "spike.tokens", buyers.take(plan.buyers))
     with own_topics(cfg, "spike") as env:

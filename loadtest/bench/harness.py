@@ -22,8 +22,10 @@ from redis import Redis
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import affinity, machine, redisbench, sale, servers, topics
-from loadtest.constants import LIFTED_IP_LIMITS
+from loadtest.constants import BENCH_PORTS
 from loadtest.generators import openloop, tokens, wrk
+from rig.ports import free_port
+from rig.sale import LIFTED_IP_LIMITS
 
 Measured = tuple[dict[str, Any], list[str]]
 
@@ -104,7 +106,7 @@ class Harness:
     def __post_init__(self) -> None:
         taken: set[int] = set()
         for name in ("gateway", "bare_asgi", "nginx", "naive", "redis"):
-            self.ports[name] = servers.free_port(taken)
+            self.ports[name] = free_port(taken, BENCH_PORTS)
         self.shards = sale.Shards(self.cfg)
 
     # --- servers ---------------------------------------------------------------------------

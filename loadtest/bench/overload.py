@@ -38,9 +38,10 @@ from kernel.settings import settings
 from loadtest.bench import phased, phased_vegeta, servers
 from loadtest.bench.harness import Harness, Options, Served
 from loadtest.bench.sale import Item, purchase
-from loadtest.bench.servers import free_port, pinned
-from loadtest.constants import REPORTS_DIR
+from loadtest.bench.servers import pinned
+from loadtest.constants import BENCH_PORTS, REPORTS_DIR
 from loadtest.generators import tokens
+from rig.ports import free_port
 
 WARMUP_S, AFTER_S = 2.0, 4.0
 RECOVERY_BOUND = 3.0  # × the p99 at 0.5×
@@ -98,7 +99,7 @@ def entry(
     if edge is None:
         yield served.base, None
         return
-    port = free_port(set(h.ports.values()))
+    port = free_port(set(h.ports.values()), BENCH_PORTS)
     workdir = h.workdir / f"haproxy-{port}"
     gateway = served.base.removeprefix("http://")
     prefix = pinned(h.opts.server_core if core is None else core, [])
@@ -178,7 +179,7 @@ class Overload:
         """The generator against nginx ``return 410`` on the server core at ``rate`` for the
         overload's length: could it offer the rate, and on time?"""
         h = self.h
-        port = free_port(set(h.ports.values()))
+        port = free_port(set(h.ports.values()), BENCH_PORTS)
         url = f"http://127.0.0.1:{port}/"
         argv = servers.nginx_argv(port, h.workdir / "nginx")
         ready = http_ready(url, 410)

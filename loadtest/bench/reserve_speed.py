@@ -47,6 +47,7 @@ from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens, wrk
 from loadtest.generators import vegeta as vegeta_gen
+from rig.ports import free_port
 
 SUMMARY_PREFIX = "RESERVE_SPEED_JSON "
 CONNECTIONS = 256
@@ -164,7 +165,7 @@ class Bench:
         self.workdir = workdir
         self.buyers = tokens.BuyerIds()
         self.taken: set[int] = set()
-        self.port = servers.free_port(self.taken, PORTS)
+        self.port = free_port(self.taken, PORTS)
         self.shards = sale.Shards(cfg)
         self.env: dict[str, str] = {}
         self.made: sale.BenchSale | None = None
@@ -302,7 +303,7 @@ class Bench:
 
     def ceilings(self, rate: float) -> list[dict[str, Any]]:
         """Each generator against nginx ``return 410`` at ``rate``: can it offer it?"""
-        port = servers.free_port(self.taken, PORTS)
+        port = free_port(self.taken, PORTS)
         url = f"http://127.0.0.1:{port}/"
         argv = servers.nginx_argv(port, self.workdir / "nginx")
         rows = []

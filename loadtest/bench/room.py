@@ -31,9 +31,11 @@ from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from kernel.settings import Settings, settings
 from loadtest.bench import servers
-from loadtest.constants import LIFTED_IP_LIMITS
+from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
-from loadtest.scenarios.admin import NewItem, new_sale
+from rig.admin import NewItem, new_sale
+from rig.ports import free_port
+from rig.sale import LIFTED_IP_LIMITS
 
 _LIFTED = {
     **LIFTED_IP_LIMITS,
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--client-core", default="1")
     opts = parser.parse_args()
     cfg = settings()
-    port = servers.free_port(set())
+    port = free_port(set(), BENCH_PORTS)
     base = f"http://127.0.0.1:{port}"
     env = settings_env(gateway_port=port, **_LIFTED)
     rates: dict[str, list[float]] = {"sold out": [], "poll": [], "join": []}

@@ -12,7 +12,7 @@ import httpx
 from redis.cluster import ClusterNode, RedisCluster
 
 from kernel.settings import Settings
-from loadtest.scenarios.admin import NewItem, new_sale
+from rig.admin import NewItem, new_sale
 from shard_router import shard_keys
 
 PURCHASE_PATH = "/api/flash-sales/items/{}/purchase"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator, Mapping
@@ -13,26 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from flashsale.stack.processes import http_ready, process_group, wait_ready
-from loadtest.constants import BASELINES_DIR, BENCH_PORTS, NGINX_LISTEN
+from loadtest.constants import BASELINES_DIR, NGINX_LISTEN
 
-__all__ = ["free_port", "http_ready", "pinned", "running"]
+__all__ = ["http_ready", "pinned", "running"]
 
 READY_TIMEOUT_S = 60.0
-
-
-def free_port(taken: set[int], ports: range = BENCH_PORTS) -> int:
-    """The first loopback port of ``ports`` that nothing listens on and we have not taken."""
-    for port in ports:
-        if port in taken:
-            continue
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-        taken.add(port)
-        return port
-    raise RuntimeError(f"no free port in {ports.start}-{ports.stop - 1}")
 
 
 def pinned(core: int | str, argv: list[str]) -> list[str]:

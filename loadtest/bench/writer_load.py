@@ -28,6 +28,7 @@ from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings, settings
 from loadtest.bench.topics import scratch_topics
+from rig.sale import stored_item
 from writer.app import run
 from writer.consumer import WriterStats
 
@@ -43,22 +44,6 @@ class Result:
     wall_s: float  # writer start -> exit, group join and drain check included
     orders_per_s: float
     ratio_to_batch_1: float | None = None
-
-
-async def _item(pool: asyncpg.Pool, quantity: int) -> int:
-    async with pool.acquire() as conn:
-        sale = await conn.fetchval(
-            "INSERT INTO flash_sale (name, starts_at, ends_at)"
-            " VALUES ('writer bench', now(), now() + interval '1 hour') RETURNING id"
-        )
-        item: int = await conn.fetchval(
-            "INSERT INTO flash_sale_item (sale_id, product_id, price, quantity, shards)"
-            " VALUES ($1, 'bench', 100, $2, $3) RETURNING id",
-            sale,
-            quantity,
-            SHARDS,
-        )
-    return item
 
 
 def _produce(cfg: Settings, topic: str, item: int, orders: int) -> None:
@@ -96,7 +81,7 @@ async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: in
     tag = uuid.uuid4().hex[:12]
     topic, deadletter = f"bench.orders.{tag}", f"bench.deadletter.{tag}"
     with scratch_topics(cfg, {topic: cfg.orders_partitions, deadletter: 1}):
-        item = await _item(pool, orders)
+        item = await stored_item(pool, orders, SHARDS, name="writer bench", product_id="bench")
         await asyncio.to_thread(_produce, cfg, topic, item, orders)
         stats = WriterStats()
         run_cfg = dataclasses.replace(

@@ -11,7 +11,7 @@ root; the client namespaces are made for the run and deleted after it.
     .venv/bin/python -m loadtest.scenarios.distributed --workers 2 --buyers 4000 --units 400
 
 Afterwards: the answers, each worker's orders by buyer range (read back from PostgreSQL), and the
-invariants (``loadtest/invariants.py``) once a writer has stored every 202 (the run starts one
+invariants (``rig/invariants.py``) once a writer has stored every 202 (the run starts one
 of its own with ``--writer``). Exits 1 when a check fails. Files: ``loadtest/reports/<time>-dist``.
 """
 
@@ -36,12 +36,11 @@ from flashsale.fleet import fleet, namespaces
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import StackError, process_group, run
 from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest import invariants
 from loadtest.constants import LOCUSTFILE, REPORTS_DIR
-from loadtest.invariants import Check
-from loadtest.scenarios import admin
 from loadtest.scenarios.run import SEQ_BITS, WORKER_BITS
 from loadtest.scenarios.spike import LOCUST_GRACE_S, Report, answer_checks, print_answers
+from rig import admin, invariants
+from rig.invariants import Check
 
 MASTER_PORT = 5557
 

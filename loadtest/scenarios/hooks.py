@@ -16,9 +16,9 @@ from locust.runners import STATE_RUNNING, MasterRunner, WorkerRunner
 
 from kernel.settings import settings
 from loadtest.scenarios import options, run, tally
-from loadtest.scenarios.admin import AdminError
 from loadtest.scenarios.options import Options
 from loadtest.scenarios.shoppers import RetryStorm
+from rig.admin import AdminError
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any
 
 from kernel.settings import Settings
 from loadtest.generators import tokens
-from loadtest.scenarios import admin
 from loadtest.scenarios.options import Options
+from rig import admin
 
 log = logging.getLogger(__name__)
 

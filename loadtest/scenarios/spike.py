@@ -26,11 +26,13 @@ from typing import Any, TextIO
 
 from flashsale.stack.processes import settings_env
 from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest import invariants
 from loadtest.bench import servers
-from loadtest.constants import LIFTED_IP_LIMITS, LOCUSTFILE, REPORTS_DIR, SPIKE_PORTS
-from loadtest.invariants import Check
-from loadtest.scenarios import admin, plot
+from loadtest.constants import LOCUSTFILE, REPORTS_DIR, SPIKE_PORTS
+from loadtest.scenarios import plot
+from rig import admin, invariants
+from rig.invariants import Check
+from rig.ports import free_port
+from rig.sale import LIFTED_IP_LIMITS
 
 GATEWAY_ENV = settings_env(**LIFTED_IP_LIMITS)
 LOCUST_GRACE_S = 90.0  # beyond --duration: start-up, the stop timeout, writing the reports
@@ -94,7 +96,7 @@ def _log_says(path: Path, marker: str) -> Callable[[], bool]:
 @contextmanager
 def stack_servers(cfg: Settings, report_dir: Path, core: int) -> Iterator[str]:
     """A gateway and a writer of our own for the run; yields the gateway's base URL."""
-    port = servers.free_port(set(), SPIKE_PORTS)
+    port = free_port(set(), SPIKE_PORTS)
     base = f"http://127.0.0.1:{port}"
     env = {**GATEWAY_ENV, **settings_env(gateway_port=port)}
     writer_argv = [sys.executable, "-m", "writer", "--metrics-port", "0"]

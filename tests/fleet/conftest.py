@@ -15,9 +15,9 @@ from flashsale.fleet import fleet
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import port_open, settings_env
 from kernel.settings import Settings, settings
-from tests.support.constants import LIFTED_IP_LIMITS, REDIS_TIMEOUT_MS
+from rig.sale import LIFTED_IP_LIMITS, running_writer
+from tests.support.constants import REDIS_TIMEOUT_MS
 from tests.support.tiers import server_fixture
-from tests.support.writer import running_writer
 
 GATEWAYS = 3
 FLEET_ENV = settings_env(**LIFTED_IP_LIMITS, redis_timeout_ms=REDIS_TIMEOUT_MS)

@@ -15,7 +15,7 @@ import uvloop
 
 from gateway.admission import REFUSED, TICK_S, Admission
 from kernel.settings import Settings
-from tests.support.constants import LIFTED_IP_LIMITS
+from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 
 ADMISSION_PORT = 18093

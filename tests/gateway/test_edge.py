@@ -19,7 +19,7 @@ from gateway.auth import sign_token
 from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import Settings
 from loadtest.bench.attack import SUMMARY_PREFIX, until_closed
-from tests.support.constants import LIFTED_IP_LIMITS
+from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -43,7 +43,7 @@ from gateway import openapi
 from gateway.auth import sign_token
 from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, purchase_path
 from kernel.settings import Settings
-from tests.support.constants import LIFTED_IP_LIMITS
+from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, SERVICE, new_sale, running_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

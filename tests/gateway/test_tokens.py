@@ -32,7 +32,7 @@ from gateway.auth import TokenVerifier, refuse_dev_secrets, sign_token
 from gateway.errors import Unauthorized
 from gateway.tokens import MAX_TOKEN_CHARS, canonical
 from kernel.settings import PROJECT_ROOT, Settings
-from tests.support.constants import LIFTED_IP_LIMITS
+from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
 TOKENS_PORT = 18511  # and +1: the gateway that must refuse to start (spikes take 184xx)

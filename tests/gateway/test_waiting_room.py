@@ -26,10 +26,10 @@ from gateway.waiting_room import proof, queue
 from gateway.waiting_room.tickets import Signer, Ticket, room_key
 from jobs.expiry import expire_once
 from kernel.settings import Settings
+from rig.sale import LIFTED_IP_LIMITS, running_writer
+from rig.waiting import wait_until_async
 from shard_router import ShardRouter
-from tests.support.constants import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
-from tests.support.writer import running_writer
 
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 6 * 10**14)
 ROOM_PORT = 18097  # this module's gateway; the restart test's own takes +1
@@ -272,7 +272,8 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
         for b, a in zip(buyers[:2], first[:2], strict=True):
             assert (await c.buy(b, a["admission"]))[0] == 202
         # Sold out: the frontier stops where it is, those places are spent.
-        spent = await _until(lambda: redis.hget(meta, "spent"))
+        assert await wait_until_async(lambda: redis.hget(meta, "spent"), 10), "never set"
+        spent = int(await redis.hget(meta, "spent") or 0)
         assert 3 <= spent < 18
         assert (await c.poll(tickets[spent]))[0] == 410  # the next one, waiting: sold out
         assert await _orders_in_db(db, item, 2) == 2
@@ -289,16 +290,6 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
             status, answer = await c.buy(b, a["admission"])
             assert status == 202, answer
         assert _units_left(gateway, item) == 0
-
-
-async def _until(read: Any, timeout_s: float = 10) -> int:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await read()
-        if value is not None:
-            return int(value)
-        await asyncio.sleep(0.05)
-    raise AssertionError("never set")
 
 
 @pytest.mark.integration

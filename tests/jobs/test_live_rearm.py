@@ -20,11 +20,12 @@ from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from jobs.reconcile import ItemReport, reconcile
 from kernel.settings import Settings
+from rig.sale import LIFTED_IP_LIMITS, running_writer
 from shard_router import ShardRouter
 from tests.jobs.sales import users
-from tests.support.constants import LIFTED_IP_LIMITS, QUICK_RELAY
+from tests.support.constants import QUICK_RELAY
 from tests.support.gateway import ADMIN, new_sale, running_gateway
-from tests.support.writer import Topics, running_writer, topics
+from tests.support.writer import Topics, topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -19,7 +19,5 @@ REDIS_TIMEOUT_MS = 1000
 # A test gateway's drain on SIGTERM: nothing balances onto it, so a short one (the default's
 # 2 s per stop added a minute to the suite); the shutdown tests set their own.
 DRAIN_MS = 200
-# Every test buyer comes from 127.0.0.1: the per-IP bucket must not stop a crowd of them.
-LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
 # An outbox relay quick enough that a test sees a lost Kafka send re-sent within seconds.
 QUICK_RELAY = {"outbox_relay_min_age_ms": 2000, "outbox_relay_interval_ms": 500}

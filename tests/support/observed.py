@@ -31,7 +31,7 @@ from flashsale.stack.processes import (
 from flashsale.stack.prometheus import Prometheus
 from gateway.auth import sign_token
 from kernel.settings import Settings
-from tests.support.constants import LIFTED_IP_LIMITS
+from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 
 READY_TIMEOUT_S = 30.0

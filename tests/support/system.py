@@ -9,7 +9,7 @@ command has it; the checker reconciles at the end either way), each a process of
         report = system.check(sale, load.result())
     print(report.line()); report.assert_kept()
 
-The checker (loadtest/invariants.py) runs after the writer has drained: stored orders within the
+The checker (rig/invariants.py) runs after the writer has drained: stored orders within the
 quantity, every 202 a stored order that is not FAILED, per shard units left + holds = units
 loaded, no 5xx but 503 with Retry-After, every request answered within its deadline.
 """
@@ -36,8 +36,9 @@ from flashsale.stack.processes import (
     wait_until,
 )
 from kernel.settings import PROJECT_ROOT, Settings
-from loadtest.invariants import Answered, Answers, Check, check_run, render, units_loaded
-from tests.support.constants import DRAIN_MS, LIFTED_IP_LIMITS, QUICK_RELAY, REDIS_TIMEOUT_MS
+from rig.invariants import Answered, Answers, Check, check_run, render, units_loaded
+from rig.sale import LIFTED_IP_LIMITS
+from tests.support.constants import DRAIN_MS, QUICK_RELAY, REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
 from tests.support.system_load import Answer, OpenLoad
 

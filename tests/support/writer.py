@@ -1,16 +1,15 @@
-"""Helpers for the writer tests: a dedicated topic pair per test, items made in SQL, orders
-produced by hand, the dead-letter topic read back, database snapshots; and a writer process for
-the tests that need one beside a gateway. No tests here."""
+"""Helpers for the writer tests: a dedicated topic pair per test, items stored unarmed, orders
+produced by hand, the dead-letter topic read back, database snapshots. (A writer process beside a
+gateway is ``rig.sale.running_writer``; waiting, ``rig.waiting.until``.) No tests here."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +17,10 @@ import asyncpg
 import msgspec
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
-from flashsale.stack.processes import process_group
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings
+from rig.sale import stored_item
 from tests.support.kafka import admin_client, create_topics, delete_topics
 from writer import run
 
@@ -64,28 +63,8 @@ async def topics(cfg: Settings, partitions: int = PARTITIONS) -> AsyncIterator[T
         await asyncio.to_thread(delete_topics, admin, [orders, deadletter])
 
 
-@contextmanager
-def running_writer(env: Mapping[str, str] | None = None) -> Iterator[None]:
-    """A writer process (``python -m writer``, metrics on a free port) for the block, with
-    ``env`` (``FLASHSALE_*``) on top of ours."""
-    with process_group([sys.executable, "-m", "writer", "--metrics-port", "0"], env=env):
-        yield
-
-
 async def make_item(db: asyncpg.Pool, quantity: int, shards: int = PARTITIONS) -> int:
-    async with db.acquire() as conn:
-        sale = await conn.fetchval(
-            "INSERT INTO flash_sale (name, starts_at, ends_at)"
-            " VALUES ('writer test', now(), now() + interval '1 hour') RETURNING id"
-        )
-        item: int = await conn.fetchval(
-            "INSERT INTO flash_sale_item (sale_id, product_id, price, quantity, shards)"
-            " VALUES ($1, 'sku', 100, $2, $3) RETURNING id",
-            sale,
-            quantity,
-            shards,
-        )
-    return item
+    return await stored_item(db, quantity, shards, name="writer test")
 
 
 def order(
@@ -168,14 +147,6 @@ async def read_all(cfg: Settings, topic: str, expect: int, timeout_s: float = 20
 async def drain(cfg: Settings, **kwargs: Any) -> None:
     """Run an in-process writer until its group has drained the topic."""
     await asyncio.wait_for(run(cfg, metrics_port=None, once=True, **kwargs), DRAIN_TIMEOUT_S)
-
-
-async def until(condition: Callable[[], bool], timeout_s: float = 30) -> None:
-    """Poll ``condition`` until it holds; fail the test past ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
 
 
 async def rows(db: asyncpg.Pool, item: int) -> dict[str, asyncpg.Record]:

@@ -1,6 +1,6 @@
 """Kafka broker faults under a steady open-loop purchase load, as a whole system (gateway, writer,
 the replicated Kafka: 3 brokers, RF 3, min.insync.replicas 2), judged by the load tests' checker
-(loadtest/invariants.py): every 202 stored once, no unit sold twice, no drift.
+(rig/invariants.py): every 202 stored once, no unit sold twice, no drift.
 
 Each row prints its measured pause and 503 count (``pytest -s`` shows them). The module skips on
 a single-broker stack: with one broker, a broker loss is an outage, not a failover.
@@ -22,11 +22,11 @@ import pytest
 from flashsale.stack.kafka import KafkaCluster, KafkaNode, replication
 from flashsale.stack.processes import settings_env, wait_until
 from kernel.settings import Settings
-from loadtest.invariants import check_invariants, render
-from tests.support.constants import LIFTED_IP_LIMITS, QUICK_RELAY
+from rig.invariants import check_invariants, render
+from rig.sale import LIFTED_IP_LIMITS, running_writer
+from tests.support.constants import QUICK_RELAY
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.purchase_load import LoadResult, PurchaseLoad
-from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 

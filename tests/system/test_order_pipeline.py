@@ -21,11 +21,11 @@ from gateway.auth import sign_token
 from jobs.expiry import expire_once
 from jobs.reconcile import ItemReport, reconcile
 from kernel.settings import Settings
+from rig.sale import LIFTED_IP_LIMITS, running_writer
 from shard_router import ShardRouter, shard_keys
-from tests.support.constants import LIFTED_IP_LIMITS, PIPELINE_PORT, QUICK_RELAY
+from tests.support.constants import PIPELINE_PORT, QUICK_RELAY
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.stack import kafka_pids, paused
-from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 5 * 10**14)

@@ -11,7 +11,7 @@ import functools
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import aiohttp
@@ -24,11 +24,12 @@ from jobs.expiry import expire_once
 from jobs.voucher_reconcile import reconcile_vouchers
 from kernel.events import VoucherReserved, encode
 from kernel.settings import Settings
+from rig.sale import running_writer
+from rig.waiting import until
 from shard_router import VoucherStore, voucher_keys
 from tests.support.constants import QUICK_RELAY, SHORT_HOLD_PORT, VOUCHER_PORT
 from tests.support.gateway import ADMIN, SERVICE, running_gateway
 from tests.support.kafka import scratch_topics
-from tests.support.writer import running_writer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -84,6 +85,26 @@ def gateway(live_stack: Settings, env: dict[str, str], voucher_writer: None) -> 
 @pytest.fixture
 async def http(gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
     async with aiohttp.ClientSession(gateway, connector=aiohttp.TCPConnector(limit=200)) as s:
+        yield s
+
+
+# A gateway whose orders may carry one use of each of several vouchers.
+COMBINING_PORT = 18303
+
+
+@pytest.fixture(scope="module")
+def combining_gateway(
+    live_stack: Settings, env: dict[str, str], voucher_writer: None
+) -> Iterator[str]:
+    changes = _gateway_env(env, voucher_order_combines=1)
+    with running_gateway(live_stack, COMBINING_PORT, **changes) as base:
+        yield base
+
+
+@pytest.fixture
+async def combining(combining_gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.TCPConnector(limit=200)
+    async with aiohttp.ClientSession(combining_gateway, connector=connector) as s:
         yield s
 
 
@@ -157,13 +178,6 @@ async def _settled(http: aiohttp.ClientSession, method: str, path: str) -> Answe
         await asyncio.sleep(0.05)
 
 
-async def _until(check: Callable[[], Awaitable[bool]], timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await check():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.05)
-
-
 async def _used(db: asyncpg.Pool, code: str) -> int:
     used: int = await db.fetchval("select used_count from voucher where code = $1", code)
     return used
@@ -182,7 +196,7 @@ async def _stored(db: asyncpg.Pool, code: str, count: int) -> dict[str, str]:
     async def enough() -> bool:
         return len(await _rows(db, code)) >= count
 
-    await _until(enough)
+    await until(enough)
     return await _rows(db, code)
 
 
@@ -217,7 +231,7 @@ async def test_200_customers_race_for_10_uses(
         async def quiet() -> bool:
             return (await voucher_store.state(code)).outbox == 0
 
-        await _until(quiet)
+        await until(quiet)
     [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
     assert report.drift == 0 and report.used_count == 10
 
@@ -307,7 +321,7 @@ async def test_reserve_release_release_again_gives_one_use_back(
     assert await _reserve(http, code, 1, order_id) == (409, {"error": "RESERVATION_EXPIRED"})
     assert (await _reserve(http, code, 1, _order_id()))[0] == 201
     assert await _reserve(http, code, 2, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
-    await _until(lambda: _used_is(db, code, 1))
+    await until(lambda: _used_is(db, code, 1))
 
 
 async def _used_is(db: asyncpg.Pool, code: str, expected: int) -> bool:
@@ -388,7 +402,7 @@ async def test_unconfirmed_reservations_expire_once_and_come_back(
             )
             return due
 
-        await _until(all_due)
+        await until(all_due)
         # Two expiry jobs at once: every due reservation ends once, and its use comes back once.
         router = voucher_store.router
         expired = await asyncio.gather(expire_once(db, router), expire_once(db, router))
@@ -453,7 +467,7 @@ async def test_the_writer_refuses_uses_redis_granted_past_the_limit(
     async def forfeited() -> bool:
         return refused not in await voucher_store.holds(code)
 
-    await _until(forfeited)
+    await until(forfeited)
     # The use Redis invented is dropped with the refused hold, not given back to be sold again:
     # Redis and the database agree without a re-arm.
     state = await voucher_store.state(code)
@@ -476,7 +490,7 @@ async def test_a_use_redis_forgot_is_re_asserted_once_stored(
     async def restored() -> bool:
         return forgotten[0] in await voucher_store.holds(code)
 
-    await _until(restored)
+    await until(restored)
     state = await voucher_store.state(code)
     assert (state.remaining, state.holds, state.customers) == (2, 1, 1)
     [report] = await reconcile_vouchers(vcfg, db, voucher_store, [code])
@@ -597,24 +611,100 @@ async def test_a_date_out_of_range_in_utc_is_a_400_and_writes_nothing(
     assert await db.fetchval("select count(*) from flash_sale where name = $1", name) == 0
 
 
-async def test_an_order_id_belongs_to_one_customer_on_each_voucher(
-    http: aiohttp.ClientSession,
-) -> None:
+CONFLICT = (409, {"error": "ORDER_ID_CONFLICT"})
+
+
+async def test_an_order_carries_one_voucher_use_by_default(http: aiohttp.ClientSession) -> None:
     ordinary, other, flash = (
         await _create(http, "ordinary", 5),
         await _create(http, "ordinary", 5),
         await _create(http, "flash", 5),
     )
-    conflict = (409, {"error": "ORDER_ID_CONFLICT"})
     order_id = _order_id()
     assert (await _reserve(http, ordinary, 1, order_id))[0] == 201
-    assert await _reserve(http, ordinary, 2, order_id) == conflict
-    # A reservation is keyed by (code, orderId): the same order on another voucher is its own.
-    assert (await _reserve(http, other, 1, order_id))[0] == 201
+    assert await _reserve(http, ordinary, 2, order_id) == CONFLICT
+    # One use per order: the owner's same order on another voucher, of either kind, too.
+    assert await _reserve(http, other, 1, order_id) == CONFLICT
+    assert await _reserve(http, flash, 1, order_id) == CONFLICT
     flash_order = _order_id()
     first = await _reserve(http, flash, 1, flash_order)
     assert first[0] == 201, first
-    assert await _reserve(http, flash, 2, flash_order) == conflict
+    assert await _reserve(http, flash, 2, flash_order) == CONFLICT
+    assert await _reserve(http, ordinary, 1, flash_order) == CONFLICT
+    # A use refused for another reason leaves the order free for another voucher.
+    sold = await _create(http, "ordinary", 0)
+    free = _order_id()
+    assert await _reserve(http, sold, 1, free) == (409, {"error": "OUT_OF_STOCK"})
+    assert (await _reserve(http, other, 1, free))[0] == 201
+
+
+async def _taken(http: aiohttp.ClientSession, code: str) -> int:
+    """Uses taken where the voucher decides: Redis for a flash one, else the database."""
+    status, counters, _ = await _call(http, "GET", f"/admin/vouchers/{code}", headers=ADMIN)
+    assert status == 200, counters
+    if counters["isFlash"]:
+        return int(counters["totalLimit"] - counters["redis"]["remaining"])
+    return int(counters["usedCount"])
+
+
+@pytest.mark.parametrize(("mine", "theirs"), [(a, b) for a in KINDS for b in KINDS])
+async def test_another_customers_order_id_on_another_voucher_is_a_conflict(
+    mine: str, theirs: str, combining: aiohttp.ClientSession
+) -> None:
+    first, second = await _create(combining, mine, 5), await _create(combining, theirs, 5)
+    order_id = _order_id()
+    assert (await _reserve(combining, first, 1, order_id))[0] == 201
+    assert await _reserve(combining, second, 2, order_id) == CONFLICT
+    assert await _taken(combining, second) == 0  # no use taken, no discount given
+    # The owner may still combine it with that voucher (this gateway lets orders combine).
+    assert (await _reserve(combining, second, 1, order_id))[0] == 201
+
+
+ROUNDS = 25
+
+
+@pytest.mark.parametrize(("one", "other"), [("flash", "flash"), ("flash", "ordinary")])
+async def test_two_customers_racing_one_order_id_over_two_vouchers_get_one_use(
+    one: str, other: str, combining: aiohttp.ClientSession
+) -> None:
+    codes = [await _create(combining, one, ROUNDS), await _create(combining, other, ROUNDS)]
+    winners: Counter[int] = Counter()
+    for _ in range(ROUNDS):
+        order_id = _order_id()
+        answers = await asyncio.gather(
+            _reserve(combining, codes[0], 1, order_id), _reserve(combining, codes[1], 2, order_id)
+        )
+        assert sorted(status for status, _ in answers) == [201, 409], answers
+        assert CONFLICT in answers, answers
+        winners[[s for s, _ in answers].index(201)] += 1
+    assert sum([await _taken(combining, code) for code in codes]) == ROUNDS
+    assert sum(winners.values()) == ROUNDS
+
+
+async def test_one_customer_racing_one_order_over_two_vouchers_gets_one_use_by_default(
+    http: aiohttp.ClientSession,
+) -> None:
+    codes = [await _create(http, "flash", ROUNDS), await _create(http, "ordinary", ROUNDS)]
+    for _ in range(ROUNDS):
+        order_id = _order_id()
+        answers = await asyncio.gather(*(_reserve(http, code, 1, order_id) for code in codes))
+        assert sorted(status for status, _ in answers) == [201, 409], answers
+    assert sum([await _taken(http, code) for code in codes]) == ROUNDS
+
+
+async def test_under_the_out_of_stock_flag_another_customer_reusing_an_order_id_conflicts(
+    http: aiohttp.ClientSession, voucher_store: VoucherStore
+) -> None:
+    code = await _create(http, "flash", 1)
+    held = _order_id()
+    first = await _reserve(http, code, 1, held)
+    assert first[0] == 201
+    assert await _reserve(http, code, 2, _order_id()) == (409, {"error": "OUT_OF_STOCK"})
+    # The flag is up now: another customer presenting the held orderId gets no discount ...
+    assert await _reserve(http, code, 3, held) == CONFLICT
+    # ... the holder's retry still gets its first answer, and one use is one discount.
+    assert await _reserve(http, code, 1, held) == first
+    assert await voucher_store.holds(code) == {held: 1}
 
 
 # One order carrying several vouchers (a discount and a shipping voucher): one orderId, one
@@ -637,7 +727,7 @@ async def _nothing_stranded(
 ) -> None:
     """Each flash voucher holds the order's use, its outbox empty, no drift."""
     for code in flash:
-        await _until(functools.partial(_outbox_empty, voucher_store, code))
+        await until(functools.partial(_outbox_empty, voucher_store, code))
         assert await voucher_store.holds(code) == {order_id: 1}
     for report in await reconcile_vouchers(vcfg, db, voucher_store, flash):
         assert report.drift == 0 and (report.reserved, report.confirmed) == (0, 1), report
@@ -646,11 +736,12 @@ async def _nothing_stranded(
 @pytest.mark.parametrize("first", ["ordinary", "flash"])
 async def test_one_order_id_on_an_ordinary_and_a_flash_voucher_is_two_uses(
     first: str,
-    http: aiohttp.ClientSession,
+    combining: aiohttp.ClientSession,
     db: asyncpg.Pool,
     voucher_store: VoucherStore,
     vcfg: Settings,
 ) -> None:
+    http = combining
     codes = {kind: await _create(http, kind, 5) for kind in KINDS}
     order_id = _order_id()
     then = "flash" if first == "ordinary" else "ordinary"
@@ -665,8 +756,12 @@ async def test_one_order_id_on_an_ordinary_and_a_flash_voucher_is_two_uses(
 
 
 async def test_one_order_id_on_two_flash_vouchers_at_once_is_two_uses(
-    http: aiohttp.ClientSession, db: asyncpg.Pool, voucher_store: VoucherStore, vcfg: Settings
+    combining: aiohttp.ClientSession,
+    db: asyncpg.Pool,
+    voucher_store: VoucherStore,
+    vcfg: Settings,
 ) -> None:
+    http = combining
     codes = [await _create(http, "flash", 5) for _ in range(2)]
     order_id = _order_id()
     answers = await asyncio.gather(*(_reserve(http, code, 1, order_id) for code in codes))
@@ -713,7 +808,7 @@ async def test_a_gateway_killed_between_redis_and_kafka_leaves_no_ghost_hold(
     async def acked() -> bool:
         return await voucher_store.outbox(code) == {}
 
-    await _until(acked)
+    await until(acked)
     # The caller's retry gets the first answer; the use is not taken twice.
     assert await _reserve(http, code, 9, order_id) == (
         201,

@@ -16,6 +16,7 @@ from redis.asyncio.cluster import RedisCluster
 from kernel.events import OrderPlaced, VoucherReserved, decode, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings
+from rig.waiting import until
 from shard_router import Outcome, ShardRouter, shard_keys
 from tests.support.writer import (
     PARTITIONS,
@@ -30,7 +31,6 @@ from tests.support.writer import (
     snapshot,
     sold,
     topics,
-    until,
 )
 from writer import ORDERS, DeadLetter, Record, WriterStats, parse, run
 from writer.metrics import REGISTRY

@@ -14,6 +14,7 @@ import pytest
 
 from kernel.events import OrderPlaced, encode
 from kernel.settings import PROJECT_ROOT, Settings
+from rig.waiting import until
 from tests.support.writer import (
     Message,
     Topics,
@@ -25,7 +26,6 @@ from tests.support.writer import (
     rows,
     snapshot,
     topics,
-    until,
 )
 from writer.metrics import REGISTRY
 
