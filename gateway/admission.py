@@ -35,7 +35,7 @@ import asyncio
 import time
 
 from gateway import metrics
-from gateway.errors import Unavailable
+from gateway.errors import Overloaded
 from gateway.hot_counters import HotCounter, HotHistogram
 from gateway.responses import render
 
@@ -44,7 +44,7 @@ TICK_S = 0.001  # uvloop's timer resolution: a turn shorter than this is not tol
 
 # The refusal, pre-rendered as ASGI messages (a server only reads them). The balancer's own
 # 503 is rendered from the same error (flashsale/fleet/haproxy.py).
-OVERLOADED = Unavailable("OVERLOADED", retry_after=1)
+OVERLOADED = Overloaded()
 _status, _headers, _body = render(OVERLOADED)
 OVERLOADED_START = {"type": "http.response.start", "status": _status, "headers": _headers}
 OVERLOADED_BODY = {"type": "http.response.body", "body": _body}

@@ -7,12 +7,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gateway.errors import ApiError
+from gateway.errors import RequestTimeout
 
 Receive = Callable[[], Awaitable[dict[str, Any]]]
-
-
-class RequestTimeout(ApiError, status=408, code="REQUEST_TIMEOUT"): ...
 
 
 def with_deadline(receive: Receive, seconds: float) -> Receive:

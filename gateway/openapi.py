@@ -207,7 +207,7 @@ OPERATIONS: tuple[Operation, ...] = (
         {
             401: ("UNAUTHORIZED",),
             404: ("SALE_NOT_FOUND",),
-            409: ("NOT_READY_TO_ARM",),
+            409: ("NOT_READY_TO_ARM", "SALE_LIVE"),
             **_UNAVAILABLE,
         },
         auth="admin",
