@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from gateway.app import FlashSaleApp
+from gateway.front import FlashSaleApp
 from gateway.metrics import REGISTRY
 from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
 

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from domain.sales import NewSale
 from domain.vouchers import CODE_PATTERN, ORDER_ID_PATTERN, NewVoucher, ReservationRequest
 from gateway import bodies
+from gateway.paths import UNGATED
 
 VERSION = "1.0.0"  # of the API contract: bump it when a client would notice the change
 
@@ -31,10 +32,9 @@ _UNAVAILABLE: Errors = {503: ("UNAVAILABLE",)}  # a dependency (Redis, Kafka, Po
 _LIMITED: Errors = {429: ("RATE_LIMITED",)}
 _BAD_BODY = ("INVALID_REQUEST", "BODY_TOO_LARGE")
 # What the edge answers before a route's own work, on every route but the probes
-# (gateway/admission.py, app.py's _UNGATED) and on every route that reads a body
+# (gateway/admission.py, UNGATED) and on every route that reads a body
 # (gateway/body_deadline.py).
 _SHED: Errors = {503: ("OVERLOADED",)}
-UNGATED = frozenset({"/healthz", "/readyz", "/metrics"})
 _SLOW_BODY: Errors = {408: ("REQUEST_TIMEOUT",)}
 
 

@@ -1,7 +1,7 @@
 """``POST /api/flash-sales/items/{itemId}/purchase``, as a raw ASGI handler.
 
 The checks run cheapest first, so the 98% who lose are answered before any I/O (the front,
-gateway/app.py, has already answered from the sold-out flag or refused an overloaded request):
+gateway/front.py, has already answered from the sold-out flag or refused an overloaded request):
 per-client-address token bucket (so a flood of bad tokens is limited too) → route and item
 config (cached) → sale window → local SOLD-OUT flag → JWT (cached) → per-user token bucket →
 in-flight cap → one Lua reservation (borrowing if the home shard is empty) → Kafka

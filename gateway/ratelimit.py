@@ -54,7 +54,7 @@ class RouteLimits:
         self.per_address = per_address
         self.orders = TokenBuckets(cfg.order_rate_per_s, cfg.order_burst)
         self.ops = TokenBuckets(cfg.ops_rate_per_s, cfg.ops_burst)
-        # A sale's waiting room: joins and polls per buyer (gateway/waiting_room/routes.py).
+        # A sale's waiting room: joins and polls per buyer (gateway/waiting_room/join.py, poll.py).
         self.queue = TokenBuckets(cfg.waiting_room_buyer_rate_per_s, cfg.waiting_room_buyer_burst)
 
 

@@ -29,7 +29,7 @@ class SoldOutFlags:
         self._item_of = item_of
         self._until: dict[int, float] = {}
         # purchase path → monotonic deadline of the flag's 410, for items that are open: the
-        # front answers those with one lookup and one clock read (see gateway/app.py). The
+        # front answers those with one lookup and one clock read (see gateway/front.py). The
         # deadline is the flag's, capped at the sale's end; revalidate() redoes it whenever
         # the catalog changes, so a paused or rescheduled item leaves the index then.
         self.by_path: dict[str, float] = {}
