@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from yoyo import get_backend, read_migrations
 
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.resources import asset
+from kernel.settings import Settings
 
-MIGRATIONS_DIR = PROJECT_ROOT / "migrations"
+MIGRATIONS_DIR = asset("migrations")
 
 
 def _yoyo_url(dsn: str) -> str:

@@ -14,6 +14,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
+from kernel.resources import default_state_dir
+
 PREFIX = "FLASHSALE_"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,7 +34,8 @@ class Settings:
     redis_replicas_per_primary: int = 2
     kafka_bootstrap: str = "127.0.0.1:19092"
     pg_dsn: str = "postgresql://flashsale@127.0.0.1:54329/flashsale"
-    state_dir: Path = PROJECT_ROOT / ".stack"
+    # .stack in a checkout, else $XDG_STATE_HOME/flashsale (kernel/resources.py).
+    state_dir: Path = default_state_dir(os.environ)
     # Downloaded artefacts (the Kafka jars) live here, outside the repository.
     cache_dir: Path = Path.home() / ".cache" / "flashsale"
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 
-LUA_DIR = Path(__file__).resolve().parent.parent / "lua"
+from kernel.resources import asset
+
+LUA_DIR = asset("lua")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ turns an error into a line on stderr and an exit status."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import os
 import sys
 import traceback
@@ -58,6 +59,8 @@ option breaks a rule, or a dangerous step lacks --yes when stdin is not a termin
 Settings come from FLASHSALE_* environment variables (README). `flashsale COMMAND --help`
 describes each command; docs/cli.md documents the --json shapes."""
 
+DISTRIBUTION = "flashsale-gateway"  # pyproject.toml's [project] name
+
 # Where a foreign exception comes from, by the top package of its class.
 _SOURCES = {"asyncpg": "PostgreSQL", "redis": "Redis", "cimpl": "Kafka", "confluent_kafka": "Kafka"}
 
@@ -79,10 +82,19 @@ def build_parser() -> Parser:
     parser.add_argument(
         "--debug", action="store_true", help="on a failure, print the Python traceback too"
     )
+    parser.add_argument("--version", action="version", version=f"flashsale {version()}")
     commands = subcommands(parser, "command")
     for add in COMMANDS:
         add(commands)
     return parser
+
+
+def version() -> str:
+    """The installed distribution's version (the wheel's, or the editable checkout's)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:  # run from a tree that was never installed
+        return "unknown (not installed)"
 
 
 def describe(exc: BaseException) -> str:

@@ -17,9 +17,10 @@ from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import port_open, process_group, wait_ready
 from gateway.admission import OVERLOADED
 from gateway.responses import SOLD_OUT_BODY, encode
-from kernel.settings import PROJECT_ROOT, Settings, settings
+from kernel.resources import asset
+from kernel.settings import Settings, settings
 
-TEMPLATE = PROJECT_ROOT / "deploy" / "haproxy" / "haproxy.cfg.tmpl"
+TEMPLATE = asset("deploy", "haproxy", "haproxy.cfg.tmpl")
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,11 @@ from confluent_kafka import KafkaException
 
 from flashsale.stack.kafka_topics import Topics
 from flashsale.stack.processes import Managed, StackError, port_open, run, wait_until
+from kernel.resources import package_file
 from kernel.settings import Settings
 
-POM = Path(__file__).parent / "kafka" / "pom.xml"
-LOG4J = Path(__file__).parent / "kafka" / "log4j2.properties"
+POM = package_file("flashsale.stack", "kafka", "pom.xml")
+LOG4J = package_file("flashsale.stack", "kafka", "log4j2.properties")
 START_TIMEOUT_S = 120.0  # three JVMs starting at once on 2 cores beside a test run
 STOP_TIMEOUT_S = 30.0
 ACTIVATION = "] Performing controller activation"  # "[<time>] WARN [QuorumController id=N]..."

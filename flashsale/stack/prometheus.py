@@ -18,9 +18,10 @@ import urllib.request
 from pathlib import Path
 
 from flashsale.stack.processes import Managed, StackError, http_ready, port_open, wait_until
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.resources import asset
+from kernel.settings import Settings
 
-DEPLOY = PROJECT_ROOT / "deploy" / "prometheus"
+DEPLOY = asset("deploy", "prometheus")
 READY_TIMEOUT_S = 60.0
 # Scraped processes, by job: (the settings field listing their /metrics addresses).
 JOBS = {"gateway": "gateway_targets", "writer": "writer_targets", "jobs": "job_targets"}
