@@ -178,6 +178,10 @@ class Settings:
     metrics_host: str = "127.0.0.1"  # where the writer's /metrics listens
     expiry_interval_ms: int = 1000
     voucher_hold_seconds: int = 900
+    # 0: one voucher use per orderId, on whichever voucher took it first (the voucher design's
+    # order_id UNIQUE); 1: one order may carry one use of each of several vouchers. Either way
+    # an orderId is the first customer's who took a use under it.
+    voucher_order_combines: int = 0
     # Reconciliation on its own (`flashsale reconcile --every`, jobs/reconcile_loop.py): its
     # /metrics on metrics_host at this port (0 picks a free port, -1 serves none).
     reconcile_metrics_port: int = 9109

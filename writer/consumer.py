@@ -7,7 +7,8 @@ every step is idempotent, so the outcome equals one clean pass):
 
 1. parse: decode and validate (pure); poison and unsupported events become dead letters;
 2. store: one PostgreSQL transaction (writer/sink.py), retried with bounded backoff;
-3. dead-letter: refused rows and poison, flushed and acknowledged;
+3. dead-letter: refused rows, rows the database rejected outright and poison, flushed and
+   acknowledged;
 4. Redis (writer/settle.py): give back (or, refused for capacity, forfeit) the hold of every
    refused row (also of one refused by an earlier pass: a crash may have come between its
    commit and its release), re-assert the holds of the stored rows, and drop stored rows from
@@ -48,6 +49,7 @@ _DEAD_LETTER_KINDS = {
     Fate.CONFLICT: "refused",
     Fate.UNKNOWN_ITEM: "unknown_item",
     Fate.UNKNOWN_VOUCHER: "unknown_voucher",
+    Fate.REJECTED: "rejected",
 }
 
 
@@ -116,8 +118,7 @@ class StreamWriter(Generic[E]):
                 raise
             if len(rows) == 1:
                 log.error("database rejected %s %s: %r", self.stream.noun, rows[0].order_id, exc)
-                reason = f"rejected by the database: {exc}"
-                return Written([], {}), [DeadLetter(rows[0].record, "rejected", reason)]
+                return await self._reject(rows[0], f"rejected by the database: {exc}"), []
             log.error("database rejected a batch of %d, storing one by one: %r", len(rows), exc)
         written: Written[E] = Written([], {})
         rejected: list[DeadLetter] = []
@@ -126,6 +127,16 @@ class StreamWriter(Generic[E]):
             written += one
             rejected += bad
         return written, rejected
+
+    async def _reject(self, row: Row[E], reason: str) -> Written[E]:
+        """The row the database refused: settled like any refusal that is not for capacity
+        (its hold and unit given back, its outbox entry dropped, dead-lettered once), so that
+        no relay sends it again and nothing counts it in flight."""
+
+        async def attempt() -> Written[E]:
+            return await self.sink.reject(row, reason)
+
+        return await retrying("db", attempt, db_retriable, self.backoff)
 
     async def _write(self, rows: list[Row[E]]) -> Written[E]:
         async def attempt() -> Written[E]:

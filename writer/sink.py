@@ -40,6 +40,7 @@ import asyncpg
 from kernel.failpoints import failpoint
 from writer.batch import E, Row
 from writer.errors import RaceLost
+from writer.retry import db_rejected
 from writer.rules import decide
 from writer.sql import statements
 from writer.stream import GIVEN_BACK, Decision, Fate, Holder, Locked, Stream
@@ -81,6 +82,23 @@ class Sink(Generic[E]):
                     written = await self._write(conn, rows)
                     failpoint(f"{self.stream.failpoints}.before_commit")
         return written
+
+    async def reject(self, row: Row[E], reason: str) -> Written[E]:
+        """A row PostgreSQL refused outright (writer/consumer.py found it): stored FAILED with
+        ``reason`` if the database takes that, else not stored; either way decided REJECTED,
+        with its target's row read for the Redis calls that give its hold back."""
+        async with asyncio.timeout(TRANSACTION_TIMEOUT_S):
+            async with self.pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
+                async with conn.transaction():
+                    locked = {r["target"]: r for r in await conn.fetch(self.sql.lock, [row.target])}
+                    values = (row.key, row.target, row.buyer, *row.rest, "FAILED", reason)
+                    try:
+                        async with conn.transaction():  # a savepoint: its refusal alone undone
+                            await conn.fetch(self.sql.insert, *([v] for v in values))
+                    except Exception as exc:
+                        if not db_rejected(exc):
+                            raise
+        return Written([Decision(row, Fate.REJECTED, reason)], locked)
 
     async def ended(self, holders: Sequence[Holder]) -> list[Holder]:
         """Those of ``holders`` whose row is no longer active (ended since it was stored)."""

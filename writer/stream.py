@@ -36,9 +36,13 @@ class Fate(enum.Enum):
     CONFLICT = "conflict"  # the (code, orderId) is another customer's: release, no row
     UNKNOWN_ITEM = "unknown_item"  # no such item: nothing stored, dead-letter only
     UNKNOWN_VOUCHER = "unknown_voucher"  # no such voucher: nothing stored, dead-letter only
+    # PostgreSQL refused the row itself (SQLSTATE class 22 or 23): stored FAILED when it takes
+    # that, dead-lettered, its hold given back (not a refusal for capacity)
+    REJECTED = "rejected"
 
 
-GIVEN_BACK = (Fate.REFUSED, Fate.FAILED_BEFORE, Fate.CONFLICT)  # refusals, whose hold goes
+# Refusals, whose hold goes (and whose outbox entry with it)
+GIVEN_BACK = (Fate.REFUSED, Fate.FAILED_BEFORE, Fate.CONFLICT, Fate.REJECTED)
 
 
 @dataclass(frozen=True, slots=True)
