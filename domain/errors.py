@@ -1,9 +1,19 @@
-"""Errors of the domain, each mapped by the gateway to a 409 with a stable code."""
+"""Errors of the domain, each mapped by the gateway to a 409 with a stable code.
+
+DomainError
+├── NotReady        NOT_READY_TO_ARM  a sale cannot be armed yet (replicas, scripts)
+│   └── SaleLive    SALE_LIVE         arming would reload shards buyers are buying from
+└── VoucherExists   VOUCHER_EXISTS    the voucher code is taken (domain/vouchers.py)
+"""
 
 from __future__ import annotations
 
 
-class NotReady(Exception):
+class DomainError(Exception):
+    """A rule of the domain refused the change; nothing was written."""
+
+
+class NotReady(DomainError):
     """A sale cannot be armed yet (replicas not in sync, scripts missing)."""
 
     code = "NOT_READY_TO_ARM"

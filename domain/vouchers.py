@@ -12,6 +12,7 @@ from typing import Annotated
 import asyncpg
 import msgspec
 
+from domain.errors import DomainError
 from domain.rules import BIGINT_MAX, Money, check_window
 
 # The voucher table's CHECK. ``\Z``, not ``$``: msgspec searches with Python's re, where ``$``
@@ -129,8 +130,8 @@ async def fetch_voucher(pool: asyncpg.Pool, code: str) -> Voucher | None:
     return None if row is None else voucher_of(row)
 
 
-class VoucherExists(Exception):
-    pass
+class VoucherExists(DomainError):
+    """Another voucher has this code."""
 
 
 async def create_voucher(pool: asyncpg.Pool, new: NewVoucher) -> Voucher:

@@ -26,7 +26,8 @@ V = TypeVar("V")
 
 
 class CatalogUnavailable(Exception):
-    """A row not in the cache could not be read from the database."""
+    """A row not in the cache could not be read from the database. Not an ApiError: each
+    caller answers it (the purchase 503, a Starlette route through gateway/exception_map.py)."""
 
 
 @dataclass(frozen=True, slots=True)

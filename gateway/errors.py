@@ -28,6 +28,11 @@ may carry (the first is its default). Every code the API answers is here.
 ``render`` (gateway/responses.py) is the one place that turns them into responses;
 gateway/exception_map.py maps what is not an ApiError (Starlette's 404 and 405, a failed
 dependency, a fault) onto this tree.
+
+Outside the tree, on purpose: the signals between the gateway's own modules, each caught by
+name where it matters and answered with one of the above — catalog.CatalogUnavailable (503),
+hs256.Rejected (401), producer.NeverSent and producer.OutcomeUnknown (503; the unit released or
+kept, so they share no base).
 """
 
 from __future__ import annotations

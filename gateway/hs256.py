@@ -53,7 +53,7 @@ _decode_claims = msgspec.json.Decoder(_Claims).decode
 
 class Rejected(Exception):
     """A token in the fast path's own format that PyJWT refuses too: a wrong signature, or
-    expired."""
+    expired. Not an ApiError: this module knows no HTTP; the verifier (auth.py) answers 401."""
 
 
 _URLSAFE = bytes.maketrans(b"-_", b"+/")

@@ -26,11 +26,12 @@ log = logging.getLogger(__name__)
 
 
 class NeverSent(Exception):
-    pass
+    """No base shared with OutcomeUnknown: one handler for both would release a unit that
+    may be sold."""
 
 
 class OutcomeUnknown(Exception):
-    pass
+    """Apart from NeverSent on purpose (see NeverSent)."""
 
 
 _BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
