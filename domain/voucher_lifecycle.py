@@ -1,6 +1,7 @@
 """Voucher reservations in PostgreSQL: the ordinary (non-flash) reserve, confirm, release and
-expiry. A reservation is known by (voucher code, orderId): one order may carry several vouchers,
-and the same orderId reserved on one code never stands in the way on another. Every transition
+expiry. A reservation is known by (voucher code, orderId); the orderId itself belongs to the
+first customer who took a use under it (``voucher_order``), and carries one voucher's use unless
+the caller lets orders combine vouchers (``voucher_order_combines``). Every transition
 is one ``UPDATE … RETURNING`` by (code, orderId) (two callers racing on one reservation see one
 winner), and ``used_count`` moves in the same transaction as the status. A flash use goes back
 to Redis only after the transaction that ended it committed.
@@ -48,6 +49,20 @@ returning id
 """
 
 
+# The orderId's owner (migrations/0005), its row locked to the end of the transaction: every
+# reserve under one orderId, on any voucher, waits for the one before it.
+_OWNER = """
+insert into voucher_order (order_id, customer_id) values ($1, $2)
+on conflict (order_id) do update set order_id = excluded.order_id
+returning customer_id, xmax = 0 as fresh
+"""
+# One use per order: the orderId's use on another voucher, in any state (an ended one included,
+# as a released orderId is never retaken on its own voucher either).
+_ELSEWHERE = """
+select exists (select 1 from voucher_redemption where order_id = $1 and voucher_code <> $2)
+"""
+
+
 @dataclass(frozen=True, slots=True)
 class Reserved:
     outcome: Outcome
@@ -67,37 +82,65 @@ def _replay_of(existing: asyncpg.Record | None, customer_id: int) -> Reserved | 
 
 
 async def reserve_ordinary(
-    pool: asyncpg.Pool, code: str, request: ReservationRequest, hold_seconds: int
+    pool: asyncpg.Pool,
+    code: str,
+    request: ReservationRequest,
+    hold_seconds: int,
+    combine: bool = False,
 ) -> Reserved:
-    """One transaction: lock the voucher row, the orderId's first answer, the customer's count,
-    the guarded ``used_count`` advance and the redemption row."""
+    """One transaction: lock the voucher row, then the orderId's owner (another customer's is a
+    conflict; with ``combine`` off, so is a use on another voucher), the orderId's first answer,
+    the customer's count, the guarded ``used_count`` advance and the redemption row. An owner
+    row written here for a reserve that took nothing is taken back with it."""
     try:
         async with pool.acquire() as conn, conn.transaction():
             voucher = await conn.fetchrow(_LOCK, code)
             if voucher is None:
                 return Reserved(Outcome.NOT_FOUND)
-            row = await conn.fetchrow(_EXISTING, code, request.order_id, request.customer_id)
-            replay = _replay_of(row["existing"], request.customer_id)
-            if replay is not None:
-                return replay
-            if row["active"] >= voucher["per_customer_limit"]:
-                return Reserved(Outcome.ALREADY_USED)
-            taken = await conn.fetchval(
-                _TAKE,
-                code,
-                request.order_id,
-                request.customer_id,
-                request.order_amount,
-                voucher["discount_amount"],
-                float(hold_seconds),
-            )
-            if taken is None:
-                return Reserved(Outcome.OUT_OF_STOCK)
-            return Reserved(Outcome.RESERVED, voucher["discount_amount"])
+            owner = await conn.fetchrow(_OWNER, request.order_id, request.customer_id)
+            if owner["customer_id"] != request.customer_id:
+                return Reserved(Outcome.ORDER_ID_CONFLICT)
+            reserved = await _reserve_as_owner(conn, code, request, hold_seconds, combine, voucher)
+            if owner["fresh"] and reserved.outcome is not Outcome.RESERVED:
+                await conn.execute(
+                    "delete from voucher_order where order_id = $1", request.order_id
+                )
+            return reserved
     except asyncpg.UniqueViolationError:
         # The same (code, orderId) went in meanwhile by a path that does not take the voucher
         # lock (none does today): it is someone else's until a retry reads it.
         return Reserved(Outcome.ORDER_ID_CONFLICT)
+
+
+async def _reserve_as_owner(
+    conn: asyncpg.Connection,
+    code: str,
+    request: ReservationRequest,
+    hold_seconds: int,
+    combine: bool,
+    voucher: asyncpg.Record,
+) -> Reserved:
+    """The reserve once the voucher and the orderId (this customer's) are locked."""
+    row = await conn.fetchrow(_EXISTING, code, request.order_id, request.customer_id)
+    replay = _replay_of(row["existing"], request.customer_id)
+    if replay is not None:
+        return replay
+    if not combine and await conn.fetchval(_ELSEWHERE, request.order_id, code):
+        return Reserved(Outcome.ORDER_ID_CONFLICT)
+    if row["active"] >= voucher["per_customer_limit"]:
+        return Reserved(Outcome.ALREADY_USED)
+    taken = await conn.fetchval(
+        _TAKE,
+        code,
+        request.order_id,
+        request.customer_id,
+        request.order_amount,
+        voucher["discount_amount"],
+        float(hold_seconds),
+    )
+    if taken is None:
+        return Reserved(Outcome.OUT_OF_STOCK)
+    return Reserved(Outcome.RESERVED, voucher["discount_amount"])
 
 
 class Transition(enum.Enum):

@@ -51,7 +51,8 @@ class NewVoucher(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename
 
 class ReservationRequest(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     """The order service's reserve request: the customer is named in the body. The orderId is
-    the order's own id: an order carrying several vouchers reserves each under it."""
+    the order's own id, and the first customer's to take a use under it; an order may carry
+    several vouchers, each reserved under it, only where ``voucher_order_combines`` is on."""
 
     customer_id: Annotated[int, msgspec.Meta(ge=1, le=BIGINT_MAX)]
     order_id: Annotated[str, msgspec.Meta(pattern=ORDER_ID_PATTERN)]
@@ -69,8 +70,8 @@ class Outcome(enum.Enum):
     REPLAY = "REPLAY"  # this orderId already holds a use for this customer: the first answer
     ALREADY_USED = "ALREADY_USED"  # the customer holds the per-customer limit
     OUT_OF_STOCK = "OUT_OF_STOCK"  # no use left
-    # This voucher's reservation under the orderId is another customer's (a reservation is
-    # keyed by (code, orderId): the same orderId on another code is no conflict).
+    # The orderId is another customer's (on this voucher or any), or, with one use per order,
+    # it carries a use of another voucher.
     ORDER_ID_CONFLICT = "ORDER_ID_CONFLICT"
     ENDED = "ENDED"  # this orderId's reservation was released or expired; it is not retaken
     NOT_LOADED = "NOT_LOADED"  # a flash voucher Redis does not know (not armed, or lost): 503

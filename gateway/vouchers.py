@@ -6,10 +6,15 @@
 
 Reserve runs cheapest first: service token → body → voucher config (cached) → eligibility
 (window, minimum order), then one of two paths, each idempotent by (code, orderId), the key of
-a reservation (one order may carry several vouchers):
-- flash: local OUT-OF-STOCK flag → in-flight cap → one Lua call on ``{voucher:<code>}`` → Kafka
-  acknowledgement (the writer stores the redemption);
-- ordinary: one PostgreSQL transaction (jobs/voucher_lifecycle.py).
+a reservation. An orderId is the first customer's who took a use under it, on any voucher, and
+carries one use in all unless ``voucher_order_combines`` lets it carry one of each voucher: a
+claim on ``{voucher-order:<orderId>}`` (its own key: the vouchers may be on any node) is taken
+before either path takes a use, and settled after it.
+- flash: local OUT-OF-STOCK flag (no use is taken: the orderId's holder and owner answer) →
+  in-flight cap → claim → one Lua call on ``{voucher:<code>}`` → settle → Kafka acknowledgement
+  (the writer stores the redemption);
+- ordinary: claim → one PostgreSQL transaction that also records the owner
+  (domain/voucher_lifecycle.py) → settle.
 Confirm and release act on the database for both kinds; a flash use goes back to Redis after.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import asyncpg
@@ -123,10 +128,7 @@ async def reserve(request: Request) -> Response:
         if voucher.is_flash:
             outcome, discount = await _reserve_flash(s, voucher, wanted), voucher.discount_amount
         else:
-            reserved = await _db(
-                reserve_ordinary(s.pool, voucher.code, wanted, s.cfg.voucher_hold_seconds)
-            )
-            outcome, discount = reserved.outcome, reserved.discount_amount
+            outcome, discount = await _as_owner(s, voucher.code, wanted, _reserve_ordinary)
     except ApiError as error:
         metrics.VOUCHER_RESERVATIONS.labels(kind, error.code.lower()).inc()
         raise
@@ -137,17 +139,65 @@ async def reserve(request: Request) -> Response:
     raise refusal(code)
 
 
+Taker = Callable[[Services, str, ReservationRequest], Awaitable[tuple[Outcome, int]]]
+# The outcomes after which a use may be held under the orderId: its claim stays for good.
+_HOLDING = (Outcome.RESERVED, Outcome.REPLAY)
+
+
+async def _as_owner(
+    s: Services, code: str, wanted: ReservationRequest, take: Taker
+) -> tuple[Outcome, int]:
+    """``take`` a use as the orderId's owner: claim it first, settle it once decided (a take
+    whose outcome is not known keeps the claim, as a use may be held)."""
+    try:
+        claimed = await s.voucher_store.claim_order(
+            wanted.order_id, wanted.customer_id, code, bool(s.cfg.voucher_order_combines)
+        )
+    except ShardUnavailable as exc:
+        log.warning("claim of order %s: %s", wanted.order_id, exc)
+        raise Unavailable() from None
+    if not claimed:
+        return Outcome.ORDER_ID_CONFLICT, 0
+    held = True
+    try:
+        outcome, discount = await take(s, code, wanted)
+        held = outcome in _HOLDING
+        return outcome, discount
+    finally:
+        try:
+            await s.voucher_store.settle_order(wanted.order_id, held)
+        except ShardUnavailable as exc:  # the claim stays: the orderId stays this customer's
+            log.warning("settle of order %s: %s", wanted.order_id, exc)
+
+
+async def _reserve_ordinary(
+    s: Services, code: str, wanted: ReservationRequest
+) -> tuple[Outcome, int]:
+    combine = bool(s.cfg.voucher_order_combines)
+    hold = s.cfg.voucher_hold_seconds
+    reserved = await _db(reserve_ordinary(s.pool, code, wanted, hold, combine))
+    return reserved.outcome, reserved.discount_amount
+
+
+async def _flagged(s: Services, code: str, wanted: ReservationRequest) -> Outcome:
+    """The answer under the out-of-stock flag, which takes no use: a retry of a reservation
+    that holds a use gets its first answer, an orderId that is another customer's (on this
+    voucher or any) a conflict. Two HGETs in one round trip, far cheaper than the script."""
+    try:
+        holder, owner = await s.voucher_store.holder_and_owner(code, wanted.order_id)
+    except ShardUnavailable:
+        raise Unavailable() from None
+    if holder == wanted.customer_id:
+        return Outcome.REPLAY
+    if holder is not None or owner not in (None, wanted.customer_id):
+        return Outcome.ORDER_ID_CONFLICT
+    metrics.VOUCHER_OUT_OF_STOCK_FLAG_HITS.inc()
+    return Outcome.OUT_OF_STOCK
+
+
 async def _reserve_flash(s: Services, voucher: Voucher, wanted: ReservationRequest) -> Outcome:
     if s.voucher_flags.is_out(voucher.code):
-        # Idempotency outranks the flag: a retry of a reservation that holds a use gets its
-        # first answer. One HEXISTS, far cheaper than the reserve script.
-        try:
-            if await s.voucher_store.holds_order(voucher.code, wanted.order_id):
-                return Outcome.REPLAY
-        except ShardUnavailable:
-            raise Unavailable() from None
-        metrics.VOUCHER_OUT_OF_STOCK_FLAG_HITS.inc()
-        return Outcome.OUT_OF_STOCK
+        return await _flagged(s, voucher.code, wanted)
     if s.inflight >= s.cfg.inflight_cap:
         metrics.SHED.inc()
         raise Unavailable()
@@ -167,27 +217,31 @@ async def _reserve_flash(s: Services, voucher: Voucher, wanted: ReservationReque
                 now_ms + s.cfg.voucher_hold_seconds * 1000,
             )
         )
-        try:
-            taken = await s.voucher_store.reserve(
-                voucher.code,
-                wanted.customer_id,
-                wanted.order_id,
-                voucher.per_customer_limit,
-                payload,
-            )
-        except ShardUnavailable as exc:
-            log.warning("reserve of voucher %s: %s", voucher.code, exc)
-            raise Unavailable() from None
-        if taken.outcome is Outcome.RESERVED:
-            metrics.VOUCHER_REMAINING.labels(voucher.code).set(taken.remaining)
-            failpoint("gateway.after_voucher_reserve")
-            await s.voucher_hand_off.send(voucher.code, wanted.order_id, payload, None)
-        elif taken.outcome is Outcome.OUT_OF_STOCK:
-            metrics.VOUCHER_REMAINING.labels(voucher.code).set(0)
-            s.voucher_flags.mark(voucher.code)
-        return taken.outcome
+        outcome, _ = await _as_owner(s, voucher.code, wanted, _take_flash(voucher, payload))
+        return outcome
     finally:
         s.inflight -= 1
+
+
+def _take_flash(voucher: Voucher, payload: bytes) -> Taker:
+    async def take(s: Services, code: str, wanted: ReservationRequest) -> tuple[Outcome, int]:
+        try:
+            taken = await s.voucher_store.reserve(
+                code, wanted.customer_id, wanted.order_id, voucher.per_customer_limit, payload
+            )
+        except ShardUnavailable as exc:
+            log.warning("reserve of voucher %s: %s", code, exc)
+            raise Unavailable() from None
+        if taken.outcome is Outcome.RESERVED:
+            metrics.VOUCHER_REMAINING.labels(code).set(taken.remaining)
+            failpoint("gateway.after_voucher_reserve")
+            await s.voucher_hand_off.send(code, wanted.order_id, payload, None)
+        elif taken.outcome is Outcome.OUT_OF_STOCK:
+            metrics.VOUCHER_REMAINING.labels(code).set(0)
+            s.voucher_flags.mark(code)
+        return taken.outcome, voucher.discount_amount
+
+    return take
 
 
 # POST /vouchers/{code}/reservations/{orderId}/confirm

@@ -38,6 +38,8 @@ REASSERT = _load("reassert")  # the writer: a stored order's hold and dedup entr
 FORFEIT = _load("forfeit")  # the writer: a refused order's hold, without its unit
 VOUCHER_REASSERT = _load("voucher_reassert")
 VOUCHER_FORFEIT = _load("voucher_forfeit")
+VOUCHER_ORDER_CLAIM = _load("voucher_order_claim")  # the owner of an orderId, on any voucher
+VOUCHER_ORDER_SETTLE = _load("voucher_order_settle")
 
 ALL = (
     RESERVE,
@@ -52,4 +54,6 @@ ALL = (
     FORFEIT,
     VOUCHER_REASSERT,
     VOUCHER_FORFEIT,
+    VOUCHER_ORDER_CLAIM,
+    VOUCHER_ORDER_SETTLE,
 )

@@ -19,6 +19,8 @@ import asyncpg
 import pytest
 from confluent_kafka import Producer
 
+from domain.voucher_lifecycle import reserve_ordinary
+from domain.vouchers import ReservationRequest
 from flashsale.stack.processes import settings_env
 from jobs.expiry import expire_once
 from jobs.voucher_reconcile import reconcile_vouchers
@@ -669,10 +671,11 @@ async def test_two_customers_racing_one_order_id_over_two_vouchers_get_one_use(
 ) -> None:
     codes = [await _create(combining, one, ROUNDS), await _create(combining, other, ROUNDS)]
     winners: Counter[int] = Counter()
-    for _ in range(ROUNDS):
+    for round_ in range(ROUNDS):
         order_id = _order_id()
+        customers = (2 * round_ + 1, 2 * round_ + 2)  # fresh ones: the per-customer limit is 1
         answers = await asyncio.gather(
-            _reserve(combining, codes[0], 1, order_id), _reserve(combining, codes[1], 2, order_id)
+            *(_reserve(combining, c, b, order_id) for c, b in zip(codes, customers, strict=True))
         )
         assert sorted(status for status, _ in answers) == [201, 409], answers
         assert CONFLICT in answers, answers
@@ -685,11 +688,27 @@ async def test_one_customer_racing_one_order_over_two_vouchers_gets_one_use_by_d
     http: aiohttp.ClientSession,
 ) -> None:
     codes = [await _create(http, "flash", ROUNDS), await _create(http, "ordinary", ROUNDS)]
-    for _ in range(ROUNDS):
+    for customer in range(1, ROUNDS + 1):
         order_id = _order_id()
-        answers = await asyncio.gather(*(_reserve(http, code, 1, order_id) for code in codes))
+        answers = await asyncio.gather(*(_reserve(http, c, customer, order_id) for c in codes))
         assert sorted(status for status, _ in answers) == [201, 409], answers
     assert sum([await _taken(http, code) for code in codes]) == ROUNDS
+
+
+async def test_the_database_alone_keeps_an_order_id_to_its_first_customer(
+    http: aiohttp.ClientSession, db: asyncpg.Pool
+) -> None:
+    """Below the Redis claim: two ordinary reserves under one orderId, two customers, two
+    vouchers, at once on two connections: the owner row admits one."""
+    codes = [await _create(http, "ordinary", ROUNDS) for _ in range(2)]
+    for round_ in range(ROUNDS):
+        order_id = _order_id()
+        wanted = [ReservationRequest(2 * round_ + n, order_id, 500_000) for n in (1, 2)]
+        outcomes = await asyncio.gather(
+            *(reserve_ordinary(db, c, w, 60, True) for c, w in zip(codes, wanted, strict=True))
+        )
+        assert sorted(o.outcome.value for o in outcomes) == ["ORDER_ID_CONFLICT", "RESERVED"]
+    assert sum([await _used(db, code) for code in codes]) == ROUNDS
 
 
 async def test_under_the_out_of_stock_flag_another_customer_reusing_an_order_id_conflicts(
