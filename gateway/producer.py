@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-import socket
 import threading
 from functools import partial
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
+from gateway.broker_probe import BrokerProbes
 from kernel.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -36,6 +36,7 @@ class OutcomeUnknown(Exception):
 
 _BUSY_POLL_S = 0.001  # while acknowledgements are awaited: at most 1 ms added to a 202
 _IDLE_POLL_S = 0.1  # otherwise: error, log and broker-state events still get served
+_PROBE_DEADLINE_S = 0.25
 
 
 class OrderProducer:
@@ -69,10 +70,12 @@ class OrderProducer:
         )
         # acks=all is refused below min.insync.replicas (2 of 3 brokers), whatever the cause.
         self._min_insync = cfg.kafka_min_insync_replicas or (2 if cfg.kafka_brokers >= 3 else 1)
-        self._topics = (cfg.orders_topic, cfg.vouchers_topic)
+        self._topics = tuple(dict.fromkeys((cfg.orders_topic, cfg.vouchers_topic)))
         self._health_interval_s = cfg.kafka_health_interval_ms / 1000
-        self._probe_s = min(0.2, self._health_interval_s)  # a partitioned broker: a slow refusal
-        self.available = True  # until the first metadata says otherwise: readiness checks it
+        # A healthy broker answers a probe in ~1 ms, ~50 ms on a starved 2-core box; a round
+        # takes at most this, so a hang is seen within interval + deadline.
+        self._probes = BrokerProbes(min(_PROBE_DEADLINE_S, self._health_interval_s))
+        self.available = True  # until the first probe round says otherwise: readiness checks it
         self._watch: asyncio.Task[None] | None = None
         self._last_listed: dict[str, Any] = {}  # topic → its last metadata answer
         # Futures in send order with their deadlines: one sweep per poll, no timer per message.
@@ -88,47 +91,39 @@ class OrderProducer:
         self._sticky_s = max(2 * cfg.kafka_linger_ms, 1) / 1000
         self._turn = 0
 
-    def _in_sync(self) -> bool:
-        """Each of our topics has a partition a send can be acknowledged on (``_writable``),
-        judged by a metadata request and TCP probes of the brokers it lists (blocking, so on a
-        worker thread); the writable ones are kept for ``partition()``.
-
-        Metadata alone is late: SIGKILLed brokers stay listed in sync until the controller
-        fences them (broker.session.timeout.ms, seconds); with two of three dead every send
-        meanwhile waits out the Kafka deadline with a unit held. librdkafka's broker states are
-        no substitute: it connects only to the leaders it needs, so a broker that came back is
-        never seen "up". A probe answers both ways within the health interval."""
-        reachable: dict[int, bool] = {}
-        in_sync = True
+    def _refresh_metadata(self) -> None:
+        """Each topic's leaders and in-sync replicas, for the probe rounds (blocking, so on a
+        worker thread). A request that fails (it went to a hung or dead broker) keeps the last
+        answer: the probes judge its replicas afresh every round."""
         for topic in self._topics:
             try:
-                listed = self._producer.list_topics(topic, timeout=self._health_interval_s * 4)
-                self._last_listed[topic] = listed
+                self._last_listed[topic] = self._producer.list_topics(
+                    topic, timeout=self._health_interval_s * 4
+                )
             except KafkaException:
-                # The metadata request went to a dead broker: judge the last answer's replicas
-                # by fresh probes rather than keep the last verdict.
-                if topic not in self._last_listed:
-                    raise
-                listed = self._last_listed[topic]
+                pass
+
+    def _judge(self, answered: dict[int, bool]) -> bool:
+        """Each of our topics has a partition a send can be acknowledged on (``_writable``),
+        judged from the last metadata and this round's probes (broker id → it answered); the
+        writable ones are kept for ``partition()``.
+
+        Metadata alone is late: SIGKILLed or hung brokers stay listed in sync until the
+        controller fences them (broker.session.timeout.ms, seconds); with two of three gone
+        every send meanwhile waits out the Kafka deadline with a unit held. librdkafka's broker
+        states are no substitute: it connects only to the leaders it needs, so a broker that
+        came back is never seen "up". A probe answers both ways within the health interval."""
+        in_sync = True
+        for topic in self._topics:
+            listed = self._last_listed[topic]
             partitions = listed.topics[topic].partitions
             usable = [
-                n for n, p in sorted(partitions.items()) if self._writable(p, listed, reachable)
+                n for n, p in sorted(partitions.items()) if _writable(p, answered, self._min_insync)
             ]
             self._usable[topic] = usable
             # Sends go to writable partitions only (partition()): one is enough to sell.
             in_sync = in_sync and bool(usable)
         return in_sync
-
-    def _writable(self, p: Any, listed: Any, reachable: dict[int, bool]) -> bool:
-        """Can a send to partition ``p`` be acknowledged with acks=all, now or once the
-        controller fences a dead replica (broker.session.timeout.ms, under the Kafka deadline)?
-        Its leader takes connections, and so do min.insync.replicas of those listed in sync:
-        with fewer, nothing is acknowledged until a broker returns."""
-        if p.leader < 0 or not self._accepts(listed.brokers.get(p.leader), p.leader, reachable):
-            return False
-        live = sum(self._accepts(listed.brokers.get(b), b, reachable) for b in p.isrs)
-        # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
-        return live >= min(self._min_insync, len(p.replicas))
 
     def partition(self, topic: str, now: float) -> int:
         """Where a send to ``topic`` at loop time ``now`` goes: the sticky partition, or -1
@@ -144,34 +139,43 @@ class OrderProducer:
         self._sticky[topic] = (chosen, now + self._sticky_s)
         return chosen
 
-    def _accepts(self, broker: Any, broker_id: int, seen: dict[int, bool]) -> bool:
-        """Does the broker take a TCP connection (asked once per health round)?"""
-        if broker is None:
-            return False  # fenced or unknown: no longer a broker the cluster lists
-        if broker_id not in seen:
-            try:
-                with socket.create_connection((broker.host, broker.port), self._probe_s):
-                    seen[broker_id] = True
-            except OSError:
-                seen[broker_id] = False
-        return seen[broker_id]
+    def _brokers(self) -> dict[int, tuple[str, int]]:
+        """Every broker the last metadata lists: id → address."""
+        return {
+            broker_id: (broker.host, int(broker.port))
+            for listed in self._last_listed.values()
+            for broker_id, broker in listed.brokers.items()
+        }
+
+    async def _watch_metadata(self) -> None:
+        while not self._closing:
+            await asyncio.to_thread(self._refresh_metadata)
+            await asyncio.sleep(self._health_interval_s)
 
     async def _watch_health(self) -> None:
-        while not self._closing:
-            try:
-                available = await asyncio.to_thread(self._in_sync)
-            except KafkaException:
-                available = self.available  # no metadata yet: keep what we knew
-            if available != self.available:
-                log.warning(
-                    "kafka %s",
-                    "usable again"
-                    if available
-                    else "refusing purchases: "
-                    "a partition lacks min.insync.replicas reachable brokers",
-                )
-            self.available = available
-            await asyncio.sleep(self._health_interval_s)
+        """Probe rounds run apart from the metadata requests, which a hung broker holds for
+        their whole timeout: a round takes at most the probe deadline."""
+        assert self._loop is not None
+        metadata = self._loop.create_task(self._watch_metadata())
+        try:
+            while not self._closing:
+                if len(self._last_listed) == len(self._topics):  # else: keep what we knew
+                    brokers = self._brokers()
+                    answers = await self._probes.ask(brokers)
+                    available = self._judge(answers)
+                    if available != self.available:
+                        log.warning(
+                            "kafka %s",
+                            "usable again"
+                            if available
+                            else "refusing purchases: "
+                            "a partition lacks min.insync.replicas answering brokers",
+                        )
+                    self.available = available
+                await asyncio.sleep(self._health_interval_s)
+        finally:
+            metadata.cancel()
+            self._probes.close()
 
     def _error(self, error: KafkaError) -> None:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
@@ -252,6 +256,18 @@ class OrderProducer:
             self._tick.cancel()
             self._tick = None
         await asyncio.to_thread(self._producer.flush, timeout_s)
+
+
+def _writable(p: Any, answered: dict[int, bool], min_insync: int) -> bool:
+    """Can a send to partition ``p`` be acknowledged with acks=all, now or once the controller
+    fences a gone replica (broker.session.timeout.ms)? Its leader answers, and so do
+    min.insync.replicas of those listed in sync: with fewer, nothing is acknowledged until a
+    broker returns."""
+    if p.leader < 0 or not answered.get(p.leader, False):
+        return False  # no leader, or one that is fenced, unknown, hung or dead
+    live = sum(answered.get(b, False) for b in p.isrs)
+    # A topic of fewer replicas (a test's scratch topic) needs no more than it has.
+    return live >= min(min_insync, len(p.replicas))
 
 
 def _settle(future: asyncio.Future[None], err: Any) -> None:

@@ -1,5 +1,7 @@
 """The producer knows when Kafka cannot acknowledge, so a purchase can answer 503 before it
-takes a unit: against the real broker, and against an address where no broker listens."""
+takes a unit: against the real broker, an address where no broker listens, and one that takes
+connections but never answers (a hung broker; tests/system/test_broker_faults.py hangs real
+ones under load)."""
 
 from __future__ import annotations
 
@@ -7,16 +9,16 @@ import asyncio
 import dataclasses
 import socket
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
+import pytest
+
+from flashsale.stack.kafka import KafkaCluster
+from gateway.broker_probe import BrokerProbes
 from gateway.producer import OrderProducer
 from kernel.settings import Settings
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from rig.ports import free_port
 
 
 async def _settle(producer: OrderProducer, want: bool, within_s: float) -> float:
@@ -39,7 +41,7 @@ async def test_a_reachable_broker_is_available(live_stack: Settings) -> None:
 
 
 async def test_no_broker_is_unavailable_within_a_second(live_stack: Settings) -> None:
-    cfg = dataclasses.replace(live_stack, kafka_bootstrap=f"127.0.0.1:{_free_port()}")
+    cfg = dataclasses.replace(live_stack, kafka_bootstrap=f"127.0.0.1:{free_port()}")
     producer = OrderProducer(cfg)
     producer.start()
     try:
@@ -49,34 +51,74 @@ async def test_no_broker_is_unavailable_within_a_second(live_stack: Settings) ->
         await producer.close(timeout_s=0.1)
 
 
-def _metadata(topics: tuple[str, ...], brokers: dict[int, int], leader: int = 1) -> object:
-    """What librdkafka lists while brokers are dead but not yet fenced: all three in sync."""
+def _metadata(topics: tuple[str, ...], leader: int = 1) -> object:
+    """What librdkafka lists while brokers are hung or dead but not yet fenced: all in sync."""
     partition = SimpleNamespace(leader=leader, replicas=[1, 2, 3], isrs=[1, 2, 3])
     return SimpleNamespace(
         topics={t: SimpleNamespace(partitions={0: partition}) for t in topics},
-        brokers={b: SimpleNamespace(host="127.0.0.1", port=p) for b, p in brokers.items()},
+        brokers={b: SimpleNamespace(host="127.0.0.1", port=1) for b in (1, 2, 3)},
     )
 
 
-def test_replicas_listed_in_sync_that_refuse_connections_close_the_gate(
-    live_stack: Settings,
-) -> None:
-    """Metadata lags a SIGKILL by the fencing timeout; the probe does not (a unit test: the
-    metadata is faked, the connections are real; tests/system/test_broker_faults.py has the
-    whole-system rows). One dead follower of three: a send waits for the fencing, the gate
-    stays open. Two dead, or a dead leader: nothing can be acknowledged there now."""
+def test_replicas_listed_in_sync_that_do_not_answer_close_the_gate(live_stack: Settings) -> None:
+    """Metadata lags a hang or a SIGKILL by the fencing timeout; the probe does not. One silent
+    follower of three: a send waits for the fencing, the gate stays open. Two silent, or a
+    silent leader: nothing can be acknowledged there now."""
     producer = OrderProducer(live_stack)
     topics = (live_stack.orders_topic, live_stack.vouchers_topic)
-    with socket.socket() as listening:
-        listening.bind(("127.0.0.1", 0))
-        listening.listen()
-        up, down = int(listening.getsockname()[1]), _free_port()
-        listed = _metadata(topics, {1: up, 2: up, 3: up})
-        producer._producer = SimpleNamespace(list_topics=lambda *_a, **_k: listed)  # type: ignore[assignment]
-        assert producer._in_sync()
-        listed = _metadata(topics, {1: up, 2: down, 3: up})
-        assert producer._in_sync()
-        listed = _metadata(topics, {1: up, 2: down, 3: down})
-        assert not producer._in_sync()
-        listed = _metadata(topics, {1: down, 2: up, 3: up}, leader=1)
-        assert not producer._in_sync()
+    producer._last_listed = {t: _metadata(topics) for t in topics}
+    assert producer._judge({1: True, 2: True, 3: True})
+    assert producer._judge({1: True, 2: False, 3: True})
+    assert not producer._judge({1: True, 2: False, 3: False})
+    assert not producer._judge({1: False, 2: True, 3: True})
+    assert not producer._judge({2: True, 3: True})  # the leader is no broker the cluster lists
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, port = text.rsplit(":", 1)
+    return host, int(port)
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """A port whose kernel completes every handshake and nobody ever reads: a hung broker."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
+
+
+async def test_the_probe_needs_the_broker_s_answer(live_stack: Settings, silent: int) -> None:
+    probes = BrokerProbes(0.25)
+    live = _address(live_stack.kafka_bootstrap.split(",")[0])
+    brokers = {1: live, 2: ("127.0.0.1", silent), 3: ("127.0.0.1", free_port())}
+    try:
+        started = time.monotonic()
+        assert await probes.ask(brokers) == {1: True, 2: False, 3: False}
+        took = time.monotonic() - started
+        # The brokers are asked at once: one deadline for the round, not one per broker.
+        assert 0.25 <= took < 0.45, took
+        assert await probes.ask({1: brokers[1]}) == {1: True}  # the kept connection answers
+    finally:
+        probes.close()
+
+
+def test_a_probe_round_costs_little_cpu(live_stack: Settings) -> None:
+    """It runs every health interval in every gateway, for ever: what one round of the three
+    brokers costs the event loop's process (printed; ``pytest -s``)."""
+    brokers = {n.node_id: _address(n.address) for n in KafkaCluster(live_stack).nodes}
+
+    async def rounds(n: int) -> float:
+        probes = BrokerProbes(1.0)
+        try:
+            assert all((await probes.ask(brokers)).values())  # connected before the clock
+            started = time.process_time()
+            for _ in range(n):
+                await probes.ask(brokers)
+            return (time.process_time() - started) / n
+        finally:
+            probes.close()
+
+    per_round = asyncio.run(rounds(400))
+    print(f"\nprobe round of {len(brokers)} brokers: {per_round * 1e6:.0f} us CPU")
+    assert per_round < 0.002  # 4 rounds a second: under 1% of a core

@@ -1,46 +1,36 @@
 """Sends stick to one writable partition per window (gateway/producer.py): a linger window's
-orders make one batch. Unit tests on faked metadata (real probe sockets), and the real broker
+orders make one batch. Unit tests on faked metadata and probe answers, and the real broker
 acknowledging the sends of a producer that chose its partition from a health round."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import socket
 import uuid
-from collections.abc import Iterator
 from types import SimpleNamespace
 
-import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from gateway.producer import OrderProducer
 from kernel.settings import Settings
 
 
-@pytest.fixture
-def listening() -> Iterator[int]:
-    """A port that takes connections: a broker the probe finds alive."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        yield int(s.getsockname()[1])
-
-
-def _metadata(topics: tuple[str, ...], port: int, leaders: dict[int, int]) -> object:
+def _metadata(topics: tuple[str, ...], leaders: dict[int, int]) -> object:
     partitions = {
         n: SimpleNamespace(leader=leader, replicas=[1, 2, 3], isrs=[1, 2, 3])
         for n, leader in leaders.items()
     }
     return SimpleNamespace(
         topics={t: SimpleNamespace(partitions=partitions) for t in topics},
-        brokers={b: SimpleNamespace(host="127.0.0.1", port=port) for b in (1, 2, 3)},
+        brokers={b: SimpleNamespace(host="127.0.0.1", port=1) for b in (1, 2, 3)},
     )
 
 
-def _producer(cfg: Settings, listed: object) -> OrderProducer:
+def _judged(cfg: Settings, listed: object) -> OrderProducer:
+    """A producer after a health round on ``listed`` in which every broker answered."""
     producer = OrderProducer(cfg)
-    producer._producer = SimpleNamespace(list_topics=lambda *_a, **_k: listed)  # type: ignore[assignment]
+    producer._last_listed = {cfg.orders_topic: listed, cfg.vouchers_topic: listed}
+    producer._judge({1: True, 2: True, 3: True})
     return producer
 
 
@@ -49,11 +39,10 @@ def test_before_any_metadata_the_key_decides() -> None:
     assert producer.partition("flashsale.orders", 0.0) == -1
 
 
-def test_one_partition_per_window_then_the_next(listening: int) -> None:
+def test_one_partition_per_window_then_the_next() -> None:
     cfg = Settings(env="local", kafka_linger_ms=5)
     topics = (cfg.orders_topic, cfg.vouchers_topic)
-    producer = _producer(cfg, _metadata(topics, listening, {n: 1 for n in range(4)}))
-    assert producer._in_sync()
+    producer = _judged(cfg, _metadata(topics, {n: 1 for n in range(4)}))
     first = producer.partition(cfg.orders_topic, 100.0)
     # The whole window (2 x linger = 10 ms) goes to the same partition ...
     assert {producer.partition(cfg.orders_topic, 100.0 + i / 1000) for i in range(10)} == {first}
@@ -63,11 +52,10 @@ def test_one_partition_per_window_then_the_next(listening: int) -> None:
     assert chosen[4:] == chosen[:4]
 
 
-def test_a_partition_without_a_leader_gets_nothing(listening: int) -> None:
+def test_a_partition_without_a_leader_gets_nothing() -> None:
     cfg = Settings(env="local", kafka_linger_ms=5)
     topics = (cfg.orders_topic, cfg.vouchers_topic)
-    producer = _producer(cfg, _metadata(topics, listening, {0: 1, 1: -1, 2: 2}))
-    producer._in_sync()  # (whether the gate stays open is test_producer_health.py's)
+    producer = _judged(cfg, _metadata(topics, {0: 1, 1: -1, 2: 2}))
     chosen = {producer.partition(cfg.orders_topic, 0.011 * w) for w in range(20)}
     assert chosen == {0, 2}
 

@@ -9,14 +9,17 @@ a single-broker stack: with one broker, a broker loss is an outage, not a failov
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import os
 import signal
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from flashsale.stack.kafka import KafkaCluster, KafkaNode, replication
@@ -25,8 +28,10 @@ from kernel.settings import Settings
 from rig.invariants import check_invariants, render
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from tests.support.constants import QUICK_RELAY
-from tests.support.gateway import new_sale, running_gateway
+from tests.support.gateway import ADMIN, new_sale, running_gateway
 from tests.support.purchase_load import LoadResult, PurchaseLoad
+from tests.support.system import fresh_buyers, request_deadline_s
+from tests.support.system_load import OpenLoad
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
@@ -199,3 +204,107 @@ async def test_two_brokers_down_answer_503_and_recover_when_one_returns(
     # them, so no buyer waits out the Kafka deadline.
     slow_or_held = [a for a in settled if a.order_id or a.done_s - a.sent_s > FAST_503_S]
     assert not slow_or_held, f"{len(slow_or_held)} of {len(settled)} 503s were slow or held a unit"
+
+
+# A hung broker (SIGSTOP: a long GC pause, a stalled disk) still takes TCP connections: its
+# kernel completes the handshake. Only a probe that needs the broker's answer tells.
+HUNG_S = 6.0
+DETECT_S = 1.0  # the gate closes within ~0.5 s of the hang: requests due later meet it closed
+QUICK_503_S = 1.0  # a 503 before any unit is taken, from its due time
+
+
+@contextlib.contextmanager
+def _hung(*nodes: KafkaNode) -> Iterator[None]:
+    """The nodes stopped (SIGSTOP) for the block, and always resumed after it."""
+    pids = [node.proc.pid() for node in nodes]
+    assert None not in pids, "a broker is not running"
+    try:
+        for pid in pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGSTOP)
+        yield
+    finally:
+        for pid in pids:
+            assert pid is not None
+            os.kill(pid, signal.SIGCONT)
+
+
+def _holds(base: str, item_id: int) -> int:
+    item = httpx.get(f"{base}/admin/items/{item_id}", headers=ADMIN, timeout=5)
+    assert item.status_code == 200, item.text
+    return sum(int(shard["holds"]) for shard in item.json()["shards"])
+
+
+def _open_load(cfg: Settings, base: str, item_id: int, duration_s: float) -> OpenLoad:
+    return OpenLoad(
+        cfg,
+        [base],
+        item_id,
+        first_buyer=fresh_buyers(1)[0],
+        rate=RATE,
+        duration_s=duration_s,
+        deadline_s=request_deadline_s(cfg),
+    ).start()
+
+
+def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
+    gateway: str, cfg3: Settings, at_rest: KafkaCluster
+) -> None:
+    duration = 5 + HUNG_S + RECOVERY_LIMIT_S
+    item_id = _sale(gateway, duration)
+    load = _open_load(cfg3, gateway, item_id, duration)
+    try:
+        load.sleep_until(5)
+        hung_at = load.now()
+        with _hung(*at_rest.nodes):
+            load.sleep_until(hung_at + DETECT_S + 0.5)  # sends taken before the gate closed: held
+            held_before = _holds(gateway, item_id)
+            load.sleep_until(hung_at + HUNG_S)
+            held_after = _holds(gateway, item_id)
+            resumed_at = load.now()
+    finally:
+        answers = load.result()
+    gated = [a for a in answers if hung_at + DETECT_S <= a.due_s < resumed_at]
+    print(
+        f"\nROW every broker hung {HUNG_S:.0f}s: holds {held_before} -> {held_after},"
+        f" {Counter(a.label for a in gated)} while hung,"
+        f" slowest {max((a.latency_s for a in gated), default=0):.2f}s"
+    )
+    assert gated
+    slow_or_held = [a for a in gated if a.order_id or a.latency_s >= QUICK_503_S]
+    assert not slow_or_held, f"{len(slow_or_held)} of {len(gated)} were slow or held a unit"
+    assert all(a.status == 503 and a.retry_after for a in gated), Counter(a.label for a in gated)
+    assert held_after == held_before, "units were taken while every broker hung"
+    # Resumed, the brokers answer again and the sale goes on.
+    after = [a for a in answers if a.due_s >= resumed_at and a.status == 202]
+    assert after, "no purchase succeeded after the brokers resumed"
+    late = [a for a in answers if a.due_s >= duration - 5]
+    assert late and all(a.status == 202 for a in late), Counter(a.label for a in late)
+    accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
+    checks = check_invariants(cfg3, [item_id], accepted)
+    assert all(c.passed for c in checks), render(checks)
+
+
+def test_one_broker_hung_of_three_changes_nothing_for_buyers(
+    gateway: str, cfg3: Settings, at_rest: KafkaCluster
+) -> None:
+    duration = 5 + HUNG_S + 10
+    item_id = _sale(gateway, duration)
+    victim = _victim(at_rest, cfg3.orders_topic, "broker")
+    load = _open_load(cfg3, gateway, item_id, duration)
+    try:
+        load.sleep_until(5)
+        with _hung(victim):
+            load.sleep_until(5 + HUNG_S)
+    finally:
+        answers = load.result()
+    print(
+        f"\nROW one broker (node {victim.node_id}) hung {HUNG_S:.0f}s:"
+        f" {Counter(a.label for a in answers)},"
+        f" slowest {max(a.latency_s for a in answers):.2f}s;"
+        f" refused {[(round(a.due_s, 2), a.label, a.order_id is not None) for a in answers if a.status != 202][:40]}"
+    )
+    assert {a.status for a in answers} <= {202, 410}, Counter(a.label for a in answers)
+    accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
+    checks = check_invariants(cfg3, [item_id], accepted)
+    assert all(c.passed for c in checks), render(checks)
