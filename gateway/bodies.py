@@ -15,6 +15,8 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from shard_router import ShardState
+
 Moment = Annotated[dt.datetime, msgspec.Meta(tz=True)]  # ISO 8601 with its offset: "date-time"
 
 
@@ -93,22 +95,13 @@ class SaleArmed(_Body):
     items: list[ArmedItem]
 
 
-class ShardCounters(_Body):
-    shard: int
-    node: str
-    stock: int
-    holds: int
-    buyers: int
-    outbox: int
-
-
 class ItemCounters(_Body):
     item_id: int
     quantity: int
     sold: int
     paused: bool
     units_left: int
-    shards: list[ShardCounters]
+    shards: list[ShardState]  # the shard router's own record
 
 
 class Reservation(_Body):

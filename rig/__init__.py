@@ -1,4 +1,5 @@
-"""What the tests and the load tools share, below both: a free port (``ports``), a Redis Cluster
-of one's own (``cluster``), the checker of a sale's invariants (``invariants``), and a sale
-driven through real processes (``sale``: a gateway, a writer, a sale created and armed). Waiting
-is ``kernel.waiting``'s, re-exported by ``waiting``. Nothing here runs on its own."""
+"""What the tests and the load tools share, below both: a free port (``ports``), waiting with a
+deadline (``waiting``, re-exporting ``kernel.waiting``), a throwaway Redis Cluster
+(``cluster``), the admin API's sale and voucher calls (``admin``), a gateway, a writer and a sale
+driven through real processes (``sale``), the checker of a sale's invariants (``invariants``)
+and a connection-starvation attack (``attack``, also ``python -m rig.attack``)."""

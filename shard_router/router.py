@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
@@ -31,8 +31,10 @@ __all__ = ["Outcome", "Reservation", "ShardNotLoaded", "ShardRouter", "ShardStat
 _CLUSTER_REDIRECTS = 3  # the cluster client's own MOVED/ASK hops per command (redis-py: 16)
 
 
-@dataclass(frozen=True, slots=True)
-class ShardState:
+# One shard's counters as Redis holds them, and also the shape the admin API (gateway/bodies.py)
+# and the CLI's --json (flashsale/cli/views.py) answer them in. (No docstring: it would become
+# the OpenAPI schema's description.)
+class ShardState(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     shard: int
     node: str
     stock: int

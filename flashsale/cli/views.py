@@ -87,30 +87,20 @@ class ArmedSale(View, frozen=True):
         return cls(sale_id, [ArmedSaleItem(a.item_id, a.shards, a.units, a.held) for a in armed])
 
 
-# item (= GET /admin/items/{id})
-class Shard(View, frozen=True):
-    shard: int
-    node: str
-    stock: int
-    holds: int
-    buyers: int
-    outbox: int
-
-
+# item (= GET /admin/items/{id}; a shard is the router's own ShardState, as the API's is)
 class Item(View, frozen=True):
     item_id: int
     quantity: int
     sold: int
     paused: bool
     units_left: int
-    shards: list[Shard]
+    shards: list[ShardState]
 
     @classmethod
     def of(
         cls, item_id: int, quantity: int, sold: int, paused: bool, states: list[ShardState]
     ) -> Item:
-        shards = [Shard(s.shard, s.node, s.stock, s.holds, s.buyers, s.outbox) for s in states]
-        return cls(item_id, quantity, sold, paused, sum(s.stock for s in states), shards)
+        return cls(item_id, quantity, sold, paused, sum(s.stock for s in states), list(states))
 
 
 # reconcile: one entry per item or voucher, the same for both: the report's own fields

@@ -2,8 +2,8 @@
 primary is SIGKILLed, and whether a primary paused like a long GC (SIGSTOP 1 s, 2 s) is failed
 over for nothing, per ``cluster-node-timeout`` and ``cluster-replica-validity-factor``.
 
-Each configuration gets a throwaway cluster of its own (3 primaries + 3 replicas, started by the
-stack's own code on ports nothing listens on, in a temporary state directory), never the stack's.
+Each configuration gets a throwaway cluster of its own (``rig.cluster``: 3 primaries + 3
+replicas, started by the stack's own code in a temporary state directory), never the stack's.
 Per kill it measures, from the SIGKILL:
 
 - promoted: the victim's replica accepts a write (a SET straight to it, every 10 ms);
@@ -21,24 +21,22 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import shutil
 import signal
 import statistics
-import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from redis.asyncio import Redis
 
-from flashsale.stack.processes import Managed, port_open
 from flashsale.stack.redis_cluster import RedisCluster, replication_info
 from jobs.redis_failover import FailoverWatch
 from kernel.settings import Settings, settings
+from kernel.waiting import wait_until, wait_until_async
+from rig.cluster import NODES, node_pid, replica_of, throwaway_cluster
 from shard_router import Outcome, ShardRouter, ShardUnavailable
 
 SHARDS = 6
@@ -71,52 +69,11 @@ class Row:
     failovers_2s: list[bool] = field(default_factory=list)
 
 
-@contextmanager
-def throwaway_cluster(base: Settings, config: Config, first_port: int) -> Iterator[Settings]:
-    ports = range(first_port, first_port + 6)
-    taken = [p for p in ports if port_open(f"127.0.0.1:{p}") or port_open(f"127.0.0.1:{p + 10000}")]
-    if taken:
-        raise SystemExit(f"ports {taken} are in use: pass --port for six free ones")
-    state = Path(tempfile.mkdtemp(prefix="flashsale-failover-"))
-    cfg = dataclasses.replace(
-        base,
-        state_dir=state,
-        redis_nodes=tuple(f"127.0.0.1:{p}" for p in ports),
-        redis_replicas_per_primary=1,  # the failover's timing: one replica to promote is enough
-        redis_node_timeout_ms=config.node_timeout_ms,
-        redis_replica_validity_factor=config.validity_factor,
-    )
-    cluster = RedisCluster(cfg)
-    try:
-        cluster.up()
-        yield cfg
-    finally:
-        cluster.down()
-        shutil.rmtree(state, ignore_errors=True)
-
-
-def _pid(cfg: Settings, address: str) -> int:
-    pid = Managed(f"redis-{address.rsplit(':', 1)[1]}", cfg.state_dir).pid()
-    assert pid is not None, f"{address} is not running"
-    return pid
-
-
-def _replica_of(cfg: Settings, primary: str) -> str:
-    port = primary.rsplit(":", 1)[1]
-    for address in cfg.redis_nodes:
-        info = replication_info(address)
-        if info.get("role") == "slave" and info.get("master_port") == port:
-            return address
-    raise RuntimeError(f"{primary} has no replica")
-
-
-async def _until(check: Callable[[], Awaitable[bool]], deadline: float) -> float:
+async def _seconds_until(check: Callable[[], Awaitable[bool]], deadline: float) -> float:
     """Seconds from now until ``await check()`` is true (``inf`` past the deadline)."""
     started = time.monotonic()
-    while time.monotonic() < deadline:
-        if await check():
-            return time.monotonic() - started
-        await asyncio.sleep(POLL_S)
+    if await wait_until_async(check, deadline - started, POLL_S):
+        return time.monotonic() - started
     return float("inf")
 
 
@@ -156,7 +113,7 @@ async def _kill_once(cfg: Settings, row: Row) -> None:
         await shards.load()
         victim = shards.node(0)
         others = [k for k in range(1, SHARDS) if shards.node(k) != victim]
-        host, port = _replica_of(cfg, victim).rsplit(":", 1)
+        host, port = replica_of(cfg, victim).rsplit(":", 1)
         replica = Redis(host=host, port=int(port), socket_timeout=1)
         assert await shards.buy(0)
         stop = asyncio.Event()
@@ -177,10 +134,10 @@ async def _kill_once(cfg: Settings, row: Row) -> None:
             return await shards.buy(0)
 
         meanwhile = asyncio.create_task(other_buyers())
-        os.kill(_pid(cfg, victim), signal.SIGKILL)
+        os.kill(node_pid(cfg, victim), signal.SIGKILL)
         deadline = time.monotonic() + GIVE_UP_S
-        routed_task = asyncio.create_task(_until(sells, deadline))
-        promoted = await _until(writable, deadline)
+        routed_task = asyncio.create_task(_seconds_until(sells, deadline))
+        promoted = await _seconds_until(writable, deadline)
         if cfg.redis_wait_replicas:
             # The promoted primary has no replica to confirm a WAIT until the victim is back:
             # restart it at once, as a supervisor would.
@@ -200,19 +157,17 @@ def _paused_fails_over(cfg: Settings, pause_s: float) -> bool:
     """SIGSTOP a primary for ``pause_s``, SIGCONT it, and watch whether its replica took over
     (for 3 node timeouts after: a failover decided during the pause completes after it)."""
     primary = RedisCluster(cfg).primaries()[0]
-    replica = _replica_of(cfg, primary)
-    pid = _pid(cfg, primary)
+    replica = replica_of(cfg, primary)
+    pid = node_pid(cfg, primary)
     os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(pause_s)  # the fault itself is a pause of this length
     finally:
         os.kill(pid, signal.SIGCONT)
-    deadline = time.monotonic() + max(3 * cfg.redis_node_timeout_ms / 1000, 3.0)
-    while time.monotonic() < deadline:
-        if replication_info(replica).get("role") == "master":
-            RedisCluster(cfg).up()  # settled: the old primary is the replica now
-            return True
-        time.sleep(0.05)
+    watch_s = max(3 * cfg.redis_node_timeout_ms / 1000, 3.0)
+    if wait_until(lambda: replication_info(replica).get("role") == "master", watch_s, 0.05):
+        RedisCluster(cfg).up()  # settled: the old primary is the replica now
+        return True
     return False
 
 
@@ -239,7 +194,13 @@ def watching(cfg: Settings, on: bool) -> Iterator[None]:
 
 def measure(base: Settings, config: Config, kills: int, pauses: int, port: int) -> Row:
     row = Row(config)
-    with throwaway_cluster(base, config, port) as cfg, watching(cfg, config.watched):
+    cluster = throwaway_cluster(
+        base,
+        node_timeout_ms=config.node_timeout_ms,
+        validity_factor=config.validity_factor,
+        ports=range(port, port + NODES),
+    )
+    with cluster as cfg, watching(cfg, config.watched):
         print(
             f"  {cfg.state_dir}: router WAITs for {cfg.redis_wait_replicas} replica(s),"
             f" breaker cooldown {cfg.shard_breaker_cooldown_ms} ms",

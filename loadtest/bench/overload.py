@@ -25,7 +25,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,14 @@ def peak_rss_mb(session: int) -> float:
             continue
         peak = max(peak, int(found.group(1)) if found else 0)
     return peak / 1024
+
+
+def rss_cell(row: Mapping[str, Any]) -> str:
+    """A row's peak RSS in MB, as its table cell: the gateway's, then haproxy's if it ran."""
+    cell = f"{row['peak_rss_mb']:.0f}"
+    if row.get("balancer_rss_mb") is not None:
+        cell += f" / {row['balancer_rss_mb']:.0f}"
+    return cell
 
 
 def gateway_counts(base: str) -> dict[str, float]:
@@ -245,9 +253,7 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
         offered = f"{r['multiple']:g}× ({r['offered_rps']:,.0f}/s)"
         if generator_limited(r):
             offered += f" † sent {r['sent_rps']:,.0f}/s"
-        rss = f"{r['peak_rss_mb']:.0f}"
-        if r.get("balancer_rss_mb") is not None:
-            rss += f" / {r['balancer_rss_mb']:.0f}"
+        rss = rss_cell(r)
         lines.append(
             f"| {offered} | {r['run']} | {r['goodput_rps']:,.0f} "
             f"| {r['goodput_rps'] / maximum:.2f} | {r['ok_p99_ms']:,.1f} | {ratio} "

@@ -1,5 +1,5 @@
 """``python -m loadtest.bench.starvation``: a steady open-loop purchase load on one gateway
-process, without and then with a connection-starvation attack (loadtest/bench/attack.py: silent
+process, without and then with a connection-starvation attack (rig/attack.py: silent
 and slowloris sockets, each reopened as soon as the entry point closes it), side by side.
 
 Both go to the entry point production uses (``--entry balancer``, the default): haproxy with
@@ -25,12 +25,12 @@ from typing import Any
 from flashsale.fleet.haproxy import Edge
 from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import settings
-from loadtest.bench import attack
 from loadtest.bench.harness import Harness, Options
-from loadtest.bench.overload import entry, peak_rss_mb
+from loadtest.bench.overload import entry, peak_rss_mb, rss_cell
 from loadtest.bench.servers import pinned
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens
+from rig import attack
 
 SETTLE_S = 4.0  # the attack's sockets all open, the first ones already closed and reopened
 
@@ -46,7 +46,7 @@ def run(
         attacker = None
         if silent or slowloris:
             port = base.rsplit(":", 1)[1]
-            argv = [sys.executable, "-m", "loadtest.bench.attack", "127.0.0.1", port]
+            argv = [sys.executable, "-m", "rig.attack", "127.0.0.1", port]
             argv += ["--silent", str(silent), "--slowloris", str(slowloris)]
             argv += ["--seconds", str(SETTLE_S + seconds + 6)]
             cmd = pinned(h.opts.load_core, argv)
@@ -88,9 +88,7 @@ def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> str:
         a = r.get("attack")
         opened = f"{a['opened']:,} / {a['closed_by_server']:,}" if a else "-"
         lived = f"{a['lifetime_p50_s']:.1f} / {a['lifetime_p99_s']:.1f}" if a else "-"
-        rss = f"{r['peak_rss_mb']:.0f}"
-        if r.get("balancer_rss_mb") is not None:
-            rss += f" / {r['balancer_rss_mb']:.0f}"
+        rss = rss_cell(r)
         lines.append(
             f"| {name} | {r['achieved_rps']:,.0f} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} "
             f"| {r['p999_ms']:.1f} | {r['max_ms']:.1f} | {r['statuses']} "

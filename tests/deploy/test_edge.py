@@ -23,6 +23,7 @@ from flashsale.fleet.haproxy import Balancer, Edge
 from gateway.admission import OVERLOADED
 from gateway.responses import render
 from kernel.settings import settings
+from rig.ports import free_port
 
 pytestmark = [pytest.mark.slow]
 
@@ -78,12 +79,6 @@ class Edged:
     balancer: Balancer
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def backend() -> Iterator[Backend]:
     server = Backend()
@@ -101,7 +96,7 @@ def _edge(backend: Backend, tmp_path: Path, edge: Edge | None) -> Iterator[Edged
     if not shutil.which("haproxy"):
         pytest.fail("haproxy is missing: scripts/bootstrap installs it")
     log = tmp_path / "haproxy.log"
-    with haproxy.serving(backend.address, _free_port(), tmp_path, edge, log=log) as balancer:
+    with haproxy.serving(backend.address, free_port(), tmp_path, edge, log=log) as balancer:
         yield Edged(backend, balancer)
 
 

@@ -18,7 +18,7 @@ import pytest
 from gateway.auth import sign_token
 from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import Settings
-from loadtest.bench.attack import SUMMARY_PREFIX, until_closed
+from rig.attack import SUMMARY_PREFIX, until_closed
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
@@ -89,7 +89,7 @@ def test_silent_and_slowloris_connections_cannot_starve_a_buyer(
     item_id = new_sale(gateway, 1000, 2)["items"][0]["itemId"]
     soft = raise_open_files_limit(SILENT + SLOWLORIS + 512)
     silent = min(SILENT, soft - SLOWLORIS - 512)  # the gateway runs with the same hard limit
-    argv = [sys.executable, "-m", "loadtest.bench.attack", "127.0.0.1", str(EDGE_PORT)]
+    argv = [sys.executable, "-m", "rig.attack", "127.0.0.1", str(EDGE_PORT)]
     argv += ["--silent", str(silent), "--slowloris", str(SLOWLORIS), "--seconds", str(ATTACK_S)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as attacker:
         try:

@@ -4,7 +4,6 @@ on sale each round and whose findings a Prometheus scrape of its /metrics reads.
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 import urllib.request
@@ -18,6 +17,7 @@ from domain.arm import arm_item
 from flashsale.cli import main
 from flashsale.stack.processes import process_group, settings_env
 from kernel.settings import Settings
+from rig.ports import free_port
 from shard_router import ShardRouter, shard_keys
 from tests.jobs.sales import make_item, store_order, users
 
@@ -26,13 +26,6 @@ pytestmark = pytest.mark.integration
 SCRAPE_TIMEOUT_S = 60.0
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _scrape(port: int) -> Samples:
@@ -51,7 +44,7 @@ def _item(name: str, item: int) -> tuple[str, frozenset[tuple[str, str]]]:
 
 @pytest.fixture
 def loop_port(live_stack: Settings) -> Iterator[int]:
-    yield _free_port()
+    yield free_port()
 
 
 async def test_reconcile_every_repairs_stale_holds_live_and_exports_what_it_found(

@@ -15,16 +15,14 @@ import pytest
 from flashsale.stack.redis_cluster import RedisCluster, replication_info
 from jobs.redis_failover import FailoverWatch
 from kernel.settings import Settings
-from loadtest.bench.failover import Config, _pid, _replica_of, throwaway_cluster
+from rig.cluster import node_pid, replica_of, throwaway_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-FIRST_PORT = 7461  # six ports for this module's cluster (the failover bench uses 7401-7406)
 
 
 @pytest.fixture(scope="module")
 def cluster(cfg: Settings) -> Iterator[Settings]:
-    with throwaway_cluster(cfg, Config(node_timeout_ms=2000, validity_factor=10), FIRST_PORT) as c:
+    with throwaway_cluster(cfg, node_timeout_ms=2000, validity_factor=10) as c:
         yield c
 
 
@@ -41,14 +39,14 @@ async def test_a_killed_primary_is_failed_over_in_well_under_the_node_timeout(
     cluster: Settings,
 ) -> None:
     primary = RedisCluster(cluster).primaries()[0]
-    replica = _replica_of(cluster, primary)
+    replica = replica_of(cluster, primary)
     watch = FailoverWatch(cluster)
     stop = asyncio.Event()
     task = asyncio.create_task(watch.run(stop))
     try:
         await asyncio.sleep(0.3)  # a few rounds with everything up: nothing to do
         assert watch.promoted == []
-        os.kill(_pid(cluster, primary), signal.SIGKILL)
+        os.kill(node_pid(cluster, primary), signal.SIGKILL)
         took = await asyncio.to_thread(_promoted_within, replica, 1.5)
     finally:
         stop.set()
@@ -61,8 +59,8 @@ async def test_a_killed_primary_is_failed_over_in_well_under_the_node_timeout(
 
 async def test_a_primary_paused_for_1_5_s_is_not_failed_over(cluster: Settings) -> None:
     primary = RedisCluster(cluster).primaries()[0]
-    replica = _replica_of(cluster, primary)
-    pid = _pid(cluster, primary)
+    replica = replica_of(cluster, primary)
+    pid = node_pid(cluster, primary)
     watch = FailoverWatch(cluster)
     stop = asyncio.Event()
     task = asyncio.create_task(watch.run(stop))

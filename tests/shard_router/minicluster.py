@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,30 +20,11 @@ from typing import Any
 import redis
 
 from flashsale.stack.processes import spawn_group, stop_group, wait_until
+from rig.ports import free_port
 
 _HOST = "127.0.0.1"
 # A test run killed before its teardown (a timeout, Ctrl-C twice) takes its nodes with it.
 _DIE_WITH_US = ("setpriv", "--pdeathsig", "KILL") if shutil.which("setpriv") else ()
-
-
-def _free_ports(count: int) -> list[int]:
-    """Ports free for a node and for its cluster bus (10000 above it, so at most 55535)."""
-    ports: list[int] = []
-    while len(ports) < count:
-        port = random.randrange(21000, 31000)  # buses land in 31000-41000: no overlap
-        if port not in ports:
-            if _bindable(port) and _bindable(port + 10000):
-                ports.append(port)
-    return ports
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind((_HOST, port))
-        except OSError:
-            return False
-    return True
 
 
 @dataclass
@@ -103,7 +82,8 @@ class MiniCluster:
 
 @contextlib.contextmanager
 def mini_cluster(directory: Path) -> Iterator[MiniCluster]:
-    ports = _free_ports(4)
+    taken: set[int] = set()
+    ports = [free_port(taken, bus=True) for _ in range(4)]
     addresses = [f"{_HOST}:{p}" for p in ports]
     cluster = MiniCluster(addresses[:2], addresses[2:])
     try:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import socket
 import sys
 import time
 import uuid
@@ -31,18 +30,12 @@ from flashsale.stack.processes import (
 from flashsale.stack.prometheus import Prometheus
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 
 READY_TIMEOUT_S = 30.0
 _buyers = itertools.count(uuid.uuid4().int % 10**9 * 10**5 + 7 * 10**14)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass(frozen=True, slots=True)

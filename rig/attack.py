@@ -2,7 +2,7 @@
 slowloris sockets (a request head trickled one byte a second), each reopened as soon as the
 server closes it, so the counts hold for the whole attack. Loopback only; bounded in time.
 
-``python -m loadtest.bench.attack HOST PORT --silent 10000 --slowloris 1000 --seconds 30``
+``python -m rig.attack HOST PORT --silent 10000 --slowloris 1000 --seconds 30``
 prints one ``ATTACK_JSON {...}`` line at the end: connections opened, closed by the server and
 how long the server took to close them.
 """
@@ -162,7 +162,7 @@ async def attack(host: str, port: int, silent: int, slowloris: int, seconds: flo
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.attack", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rig.attack", description=__doc__)
     parser.add_argument("host")
     parser.add_argument("port", type=int)
     parser.add_argument("--silent", type=int, default=10_000)
