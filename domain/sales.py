@@ -24,7 +24,7 @@ class NewItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="c
 
 
 class WaitingRoom(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
-    """A sale's waiting room (issue 16): buyers queue and are admitted at a rate."""
+    """A sale's waiting room (docs/waiting-room.md): buyers queue and are admitted at a rate."""
 
     # None: the gateway's configured default (waiting_room_rate_per_s).
     admission_rate_per_second: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None

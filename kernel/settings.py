@@ -43,7 +43,7 @@ class Settings:
     pg_port: int = 54329
     kafka_controller_port: int = 19093
     kafka_heap: str = "512m"
-    # The replicated stack (issue 18; flashsale/stack/kafka.py, redis_cluster.py). Kafka runs 3
+    # The replicated stack (flashsale/stack/kafka.py, redis_cluster.py). Kafka runs 3
     # brokers (replication factor 3, min.insync.replicas 2) as production does, or 1 for a quick
     # local run. Broker n listens on the port of kafka_bootstrap's first address + 2(n-1), its
     # controller on kafka_controller_port + 2(n-1); kafka_bootstrap may list all of them.
@@ -90,7 +90,7 @@ class Settings:
     # Verified tokens remembered (LRU): ~0.4 KB each (measured, 156-character tokens), so ~40 MB.
     jwt_cache_size: int = 100_000
 
-    # Redis writes confirmed on the replica (issue 11; shard_router/autopipeline.py). Every
+    # Redis writes confirmed on the replica (shard_router/autopipeline.py). Every
     # pipelined batch with a script call ends with WAIT <replicas> <timeout> on the same node
     # connection; fewer acknowledgements fail the batch's writes with ShardUnavailable (503). The
     # timeout stays well inside redis_timeout_ms, the batch's deadline; 0 replicas sends no WAIT
@@ -186,7 +186,7 @@ class Settings:
     # /metrics on metrics_host at this port (0 picks a free port, -1 serves none).
     reconcile_metrics_port: int = 9109
 
-    # Observability (issue 15; flashsale/stack/prometheus.py, flashsale watch/report, deploy/).
+    # Observability (flashsale/stack/prometheus.py, flashsale watch/report, deploy/).
     # Where Prometheus answers: the local stack's, or any deployment's.
     prometheus_url: str = "http://127.0.0.1:19090"
     prometheus_port: int = 19090  # the local stack's Prometheus listens here
@@ -199,7 +199,7 @@ class Settings:
     writer_targets: tuple[str, ...] = ("127.0.0.1:9108",)
     job_targets: tuple[str, ...] = ("127.0.0.1:9109",)
 
-    # The fleet (issue 14; flashsale/fleet/): gateway hosts in network namespaces behind haproxy.
+    # The fleet (docs/fleet.md): gateway hosts in network namespaces behind haproxy.
     # A private /24 the fleet creates: .1 is the host's bridge (the balancer's source address,
     # the only one the gateways trust), .11, .12, ... the gateway hosts.
     fleet_subnet: str = "10.77.0.0/24"
@@ -211,7 +211,7 @@ class Settings:
     # The sold-out agent re-checks each flag it set this often, as a gateway does (half its TTL).
     fleet_resync_ms: int = 500
 
-    # The balancer as the edge (issue 12; deploy/haproxy/haproxy.cfg.tmpl): requests one gateway
+    # The balancer as the edge (deploy/haproxy/haproxy.cfg.tmpl): requests one gateway
     # process is given at once (haproxy's per-server maxconn; the rest wait in haproxy, where no
     # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
     # at once, and how long a queued one may wait (timeout queue). Measured: see
@@ -228,7 +228,7 @@ class Settings:
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"
 
-    # Waiting room (issue 16; gateway/waiting_room/), a per-sale option. Tickets and admissions
+    # Waiting room (docs/waiting-room.md), a per-sale option. Tickets and admissions
     # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
     # restarted one still accepts them). Empty: a key derived from admin_token (a secret every
     # deployment already sets, gateway/auth.py), so turning the room on needs no new secret.

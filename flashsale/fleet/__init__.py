@@ -1,1 +1,1 @@
-"""A fleet on one machine (issue 14): gateway hosts in network namespaces behind haproxy."""
+"""A fleet on one machine (docs/fleet.md): gateway hosts in network namespaces behind haproxy."""

@@ -1,4 +1,4 @@
-"""A waiting-room sale's fairness (issue 16), from its queue in Redis and its orders in
+"""A waiting-room sale's fairness (docs/waiting-room.md), from its queue in Redis and its orders in
 PostgreSQL: the rank correlation between arrival order and admission order (about 0 among who
 arrived before the start, about 1 after it), the win rate per home shard, the winners' share
 among early and late arrivals, and tickets per client address. ``flashsale fairness`` prints
