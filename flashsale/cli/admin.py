@@ -21,6 +21,7 @@ from flashsale.cli.inputs import moment, options_or_defaults, read_body, refuse_
 from flashsale.cli.parser import (
     Handler,
     Subcommands,
+    add_dry_run,
     add_json,
     add_yes,
     at_least,
@@ -179,10 +180,13 @@ class Group:
 
     ACTIONS = ("create", "show", "arm")
 
-    def __init__(self, subject: Subject, summary: str, form: Form[Any]) -> None:
+    def __init__(
+        self, subject: Subject, summary: str, form: Form[Any], dry_run: bool = False
+    ) -> None:
         self.subject = subject
         self.summary = summary
         self.form = form
+        self.dry_run = dry_run  # create and arm take --dry-run (their handlers honour it)
         self.commands: dict[str, Command] = {}
 
     def action(self, name: str, summary: str) -> Callable[[Handler], Handler]:
@@ -199,7 +203,10 @@ class Group:
         create, show, arm = (self.commands[name] for name in self.ACTIONS)
         parser = command(sub, self.subject.noun, self.summary)
         actions = subcommands(parser, "action")
-        self.form.add_to(command(actions, "create", create.summary, create.handler))
+        p = command(actions, "create", create.summary, create.handler)
+        self.form.add_to(p)
+        if self.dry_run:
+            add_dry_run(p, f"the {self.subject.noun} that would be created (as JSON)")
 
         p = command(actions, "show", show.summary, show.handler)
         self.subject.add_to(p)
@@ -208,6 +215,8 @@ class Group:
         p = command(actions, "arm", arm.summary, arm.handler)
         self.subject.add_to(p)
         add_yes(p, f"re-arm a {self.subject.noun} that is armed already")
+        if self.dry_run:
+            add_dry_run(p, f"what arming would load (with --json: `{self.subject.noun} show`'s)")
         add_json(p)
 
 

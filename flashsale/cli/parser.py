@@ -79,6 +79,12 @@ def add_json(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_dry_run(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "-n", "--dry-run", action="store_true", help=f"print {what}; change nothing"
+    )
+
+
 def add_yes(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "-y",

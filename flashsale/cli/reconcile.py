@@ -19,7 +19,7 @@ from flashsale.cli import output, queries, views
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_stack
 from flashsale.cli.errors import Declined, Failure, UsageError
-from flashsale.cli.parser import Subcommands, add_json, add_yes, command, integer
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, add_yes, command, integer
 from flashsale.cli.validate import convert
 from kernel.settings import Settings
 
@@ -141,6 +141,8 @@ def _every(seconds: float, chosen: Selection, cfg: Settings) -> int:
 
 def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
     chosen = Selection.of(args)
+    if args.dry_run and not args.fix:
+        raise UsageError("--dry-run: only with --fix (without it nothing is changed anyway)")
     if args.every is not None:
         for flag, given in (("--fix", args.fix), ("--json", args.json)):
             if given:
@@ -155,6 +157,9 @@ def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
         drifted = any(r.drift for r in items) or any(r.drift for r in vouchers)
         if not (args.fix and drifted):
             return _report(items, vouchers, False, args.json)
+        if args.dry_run:
+            output.note(_would_fix(items, vouchers))
+            return _report(items, vouchers, False, args.json)
         try:
             await _ask_about_live_drift(pool, items, vouchers, args.yes)
         except Declined:
@@ -164,6 +169,19 @@ def _reconcile(args: argparse.Namespace, cfg: Settings) -> int:
         return _report(items, vouchers, True, args.json)
 
     return run_stack(cfg, work)
+
+
+def _would_fix(items: list[ItemReport], vouchers: list[VoucherReport]) -> str:
+    reports: list[ItemReport | VoucherReport] = [*items, *vouchers]
+    stale = sum(len(r.stale) for r in reports)
+    stuck = sum(len(r.stuck) for r in reports)
+    rebuilt = [str(r.item_id) for r in items if r.paused and r.drift]
+    return (
+        f"dry run: --fix would release {stale} stale hold(s), deliver {stuck} stuck outbox "
+        f"entr{'y' if stuck == 1 else 'ies'}"
+        + (f" and rebuild paused item(s) {', '.join(rebuilt)}" if rebuilt else "")
+        + "; nothing was changed"
+    )
 
 
 def add_reconcile(sub: Subcommands) -> None:
@@ -203,6 +221,7 @@ def add_reconcile(sub: Subcommands) -> None:
         "FLASHSALE_RECONCILE_METRICS_PORT (default: one report, then exit)",
     )
     add_yes(p, "--fix drift on items and vouchers on sale now")
+    add_dry_run(p, "what --fix would repair (the report, and a line on stderr)")
     add_json(p)
 
 

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
+from domain.errors import NotReady
 from domain.rules import RowId
 from domain.sales import NewSale, create_sale
 from flashsale.cli import output, queries, views
@@ -79,12 +80,16 @@ FORM = Form(
     "'-' reads stdin; the one-item options below then do not apply",
     title="a one-item sale from options",
 )
-SALES = Group(SALE, "create a sale, show it with its items, arm it", FORM)
+SALES = Group(SALE, "create a sale, show it with its items, arm it", FORM, dry_run=True)
 
 
 @SALES.action("create", "create a sale (not yet armed) and print its ids as JSON")
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
     sale = FORM.read(args)  # before connecting: a refused sale needs no database
+    if args.dry_run:  # the validated body: what POST /admin/sales would store
+        output.print_json(sale)
+        output.note(f"dry run: sale {sale.name!r} of {len(sale.items)} item(s) not created")
+        return 0
 
     async def work(pool: Any) -> int:
         sale_id, item_ids = await create_sale(pool, sale)
@@ -158,6 +163,8 @@ def _arm(args: argparse.Namespace, cfg: Settings) -> int:
 
     async def work(pool: Any, router: Any) -> int:
         sale = await fetch_sale(pool, sale_id)
+        if args.dry_run:
+            return await _arm_plan(args, pool, router, sale)
         if sale.armed_at is not None:
             confirm(
                 f"sale {sale_id} was armed at {output.when(sale.armed_at)}; arming it again "
@@ -178,6 +185,32 @@ def _arm(args: argparse.Namespace, cfg: Settings) -> int:
         )
 
     return run_stack(cfg, work)
+
+
+async def _arm_plan(args: argparse.Namespace, pool: Any, router: Any, sale: views.Sale) -> int:
+    """--dry-run: the refusals arming would meet (read-only checks), then what it would load."""
+    from domain.arm import refuse_if_on_sale
+
+    async def checks() -> None:
+        if not sale.items:
+            raise NotReady(f"sale {sale.sale_id} has no items")
+        await refuse_if_on_sale(pool, [i.item_id for i in sale.items])
+        lagging = [n for n, ok in (await router.replicas_in_sync()).items() if not ok]
+        if lagging:
+            raise NotReady(f"primaries without an in-sync replica: {', '.join(sorted(lagging))}")
+
+    await arming(f"sale {sale.sale_id}", checks())
+    again = "" if sale.armed_at is None else f" (armed {output.when(sale.armed_at)}: it asks)"
+    output.note(f"dry run: sale {sale.sale_id} not armed{again}")
+    return show(
+        args,
+        sale,
+        lambda: "\n".join(
+            f"item {i.item_id}: would load its {i.quantity} units ({i.sold} sold) from the "
+            f"database over {i.shards} shards, keeping the holds Redis has"
+            for i in sale.items
+        ),
+    )
 
 
 add_sale = SALES.add_to
