@@ -2,7 +2,8 @@
 for every catalog (items, vouchers); a ``CatalogQuery`` says what it reads.
 
 - A row is read on demand; a key the database does not have is remembered as missing for
-  ``ttl_s``, so a flood of unknown keys does not reach the database.
+  ``ttl_s``, so a flood of unknown keys does not reach the database, and concurrent misses of
+  one key share one read. Every read is counted (``flashsale_catalog_reads_total``).
 - The live rows (those the background jobs walk) are re-read every ``ttl_s``, so a change to
   one (a paused item, a rescheduled sale) shows within that. A failed refresh keeps serving
   from the cache.
@@ -18,11 +19,21 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import asyncpg
+from prometheus_client import Counter
 
+from gateway.metrics import REGISTRY
 from kernel.periodic import run_every
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+
+
+READS = Counter(
+    "flashsale_catalog_reads_total",
+    "Rows a catalog read from the database on a miss",
+    ["catalog"],
+    registry=REGISTRY,
+)
 
 
 class CatalogUnavailable(Exception):
@@ -56,6 +67,8 @@ class Catalog(Generic[K, V]):
         self._rows: dict[K, V] = {}
         self._missing: dict[K, float] = {}  # key → when the database may be asked again
         self._live: dict[K, V] = {}
+        self._reading: dict[K, asyncio.Future[V | None]] = {}  # misses being read now
+        self._reads = READS.labels(name)
         self.on_refresh: list[Callable[[], None]] = []  # told after every refresh
 
     def cached(self, key: K) -> V | None:
@@ -65,13 +78,22 @@ class Catalog(Generic[K, V]):
         row = self._rows.get(key)
         if row is not None:
             return row
-        now = time.monotonic()
-        if self._missing.get(key, 0.0) > now:
+        if self._missing.get(key, 0.0) > time.monotonic():
             return None
+        reading = self._reading.get(key)
+        if reading is None:
+            reading = asyncio.ensure_future(self._read(key))
+            self._reading[key] = reading
+            reading.add_done_callback(lambda _: self._reading.pop(key, None))
+        return await asyncio.shield(reading)  # one caller's cancel does not end the others' read
+
+    async def _read(self, key: K) -> V | None:
+        self._reads.inc()
         try:
             record = await self.pool.fetchrow(self.query.one, key)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
             raise CatalogUnavailable(str(exc)) from exc
+        now = time.monotonic()
         if record is None:
             if len(self._missing) >= self.max_rows:
                 self._missing.clear()
