@@ -39,12 +39,6 @@ def order_key(order_id: str) -> str:
     return f"{{voucher-order:{order_id}}}"
 
 
-def order_key(order_id: str) -> str:
-    """Who owns an orderId over every voucher: its own hash tag, as its uses may be on any node
-    (lua/voucher_order_claim.lua)."""
-    return f"{{voucher-order:{order_id}}}"
-
-
 _OUTCOMES = {
     0: Outcome.RESERVED,
     1: Outcome.REPLAY,
@@ -54,10 +48,6 @@ _OUTCOMES = {
     5: Outcome.ENDED,
     6: Outcome.NOT_LOADED,
 }
-
-
-def _customer(value: bytes | str | None) -> int | None:
-    return None if value is None else int(value)
 
 
 def _customer(value: bytes | str | None) -> int | None:
@@ -128,36 +118,6 @@ class VoucherStore:
         key = voucher_keys(code).holds
         held = await with_deadline(client.hexists(key, order_id), client=client)
         return bool(held)
-
-    async def claim_order(self, order_id: str, customer_id: int, code: str, combine: bool) -> bool:
-        """Claim ``order_id`` for this customer before a reserve of ``code``. False: it is
-        another customer's, or (``combine`` off: one use per order) another voucher's. Every
-        True must be followed by ``settle_order`` once the reserve is decided."""
-        claimed = await self.router.pipeline.call(
-            scripts.VOUCHER_ORDER_CLAIM,
-            [order_key(order_id)],
-            [customer_id, code, "1" if combine else "0"],
-        )
-        return int(claimed) == 0
-
-    async def settle_order(self, order_id: str, held: bool) -> None:
-        """The claim's reserve is decided: ``held`` keeps the orderId its customer's for good;
-        otherwise the claim is dropped once no other is pending."""
-        await self.router.pipeline.call(
-            scripts.VOUCHER_ORDER_SETTLE, [order_key(order_id)], ["1" if held else "0"]
-        )
-
-    async def holder_and_owner(self, code: str, order_id: str) -> tuple[int | None, int | None]:
-        """The customer whose use of ``code`` this orderId holds, and the orderId's owner (over
-        every voucher), in one pipelined round trip: the answer of a reserve met by the
-        out-of-stock flag, which takes no use."""
-        holds, owner = voucher_keys(code).holds, order_key(order_id)
-        held, owned = await asyncio.gather(
-            *self.router.pipeline.commands(
-                [(holds, ["HGET", holds, order_id]), (owner, ["HGET", owner, "customer"])]
-            )
-        )
-        return _customer(held), _customer(owned)
 
     async def claim_order(self, order_id: str, customer_id: int, code: str, combine: bool) -> bool:
         """Claim ``order_id`` for this customer before a reserve of ``code``. False: it is
