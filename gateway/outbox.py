@@ -2,6 +2,12 @@
 gateway died between the Lua call and the ack, or the ack's outcome was unknown). The writer
 stores an event once per orderId, so a re-send of one that did reach Kafka is harmless.
 
+An entry's age is measured by the relay itself, from the round that first saw it, on its own
+monotonic clock: never its wall clock against the timestamp another gateway wrote, so a skewed
+clock cannot make a fresh entry look old (re-sent while its own hand-off still runs, whose
+give-back would then put the unit of an order in Kafka back on sale). A relay that just started
+waits ``min_age`` before its first re-send.
+
 An ``Outbox`` says what differs between the kinds (see gateway/outboxes.py).
 """
 
@@ -46,33 +52,45 @@ class Outbox(Generic[K, E]):
         store: OutboxStore[K],
         places: Callable[[], list[K]],
         event: type[E],
-        written_ms: Callable[[E], int],
     ) -> None:
         self.name = name  # in logs
         self.topic = topic
         self.store = store
         self.places = places  # the places whose outbox may hold entries now
         self.event = event
-        self.written_ms = written_ms  # when the event was put in the outbox
         self.acks = BatchedAcks(f"{name} ack", store.ack_outbox)
+        # place -> orderId -> this relay's monotonic time at the round that first saw it
+        self.first_seen: dict[K, dict[str, float]] = {}
 
 
 async def relay_once(
     outbox: Outbox[K, E], producer: OrderProducer, scan: RoundRobin[K], min_age_ms: int
 ) -> int:
-    """Re-send every entry older than ``min_age_ms`` in this round's share of the outboxes;
-    returns how many were sent."""
-    cutoff_ms = time.time() * 1000 - min_age_ms
+    """Re-send every entry this relay has seen for ``min_age_ms`` or more in this round's share
+    of the outboxes; returns how many were sent."""
+    now = time.monotonic()
+    cutoff = now - min_age_ms / 1000
+    live = outbox.places()
+    for gone in outbox.first_seen.keys() - set(live):
+        del outbox.first_seen[gone]
+    share = scan.take(live)
+    in_use = await outbox.store.outboxes_in_use(share)
+    for empty in set(share) - set(in_use):
+        outbox.first_seen.pop(empty, None)
     sent = entries = 0
-    for place in await outbox.store.outboxes_in_use(scan.take(outbox.places())):
+    for place in in_use:
         found = await outbox.store.outbox(place)
         entries += len(found)
+        before = outbox.first_seen.get(place, {})
+        seen = outbox.first_seen[place] = {o: before.get(o, now) for o in found}
         for order_id, payload in found.items():
+            if seen[order_id] > cutoff:
+                continue
             try:
                 event = decode(payload)
             except msgspec.MsgspecError:
                 continue  # not ours to judge: reconciliation reports it
-            if not isinstance(event, outbox.event) or outbox.written_ms(event) > cutoff_ms:
+            if not isinstance(event, outbox.event):
                 continue
             await producer.send(outbox.topic, order_id.encode(), payload)
             outbox.acks.ack(place, order_id)

@@ -50,9 +50,7 @@ def order_outbox(
         return [(item.id, k) for item in items.relay_items() for k in range(item.shards)]
 
     shards = _ItemShards(router)
-    outbox = Outbox(
-        "outbox", cfg.orders_topic, shards, places, OrderPlaced, lambda e: e.created_at_ms
-    )
+    outbox = Outbox("outbox", cfg.orders_topic, shards, places, OrderPlaced)
     return outbox, HandOff("order", outbox, producer, shards.give_back)
 
 
@@ -69,6 +67,5 @@ def voucher_outbox(
         store,
         lambda: [voucher.code for voucher in vouchers.live_flash()],
         VoucherReserved,
-        lambda e: e.reserved_at_ms,
     )
     return outbox, HandOff("voucher use", outbox, producer, give_back)

@@ -147,13 +147,15 @@ class WaitingRooms:
 
     async def ensure_placed(self, room: Room, now: float) -> None:
         """After the start, before anything else: the early arrivals get their places, so a
-        join that comes now is placed behind them (a no-op once done, remembered here)."""
-        if room.sale in self._placed:
+        join that comes now is placed behind them (a no-op once done, remembered here). ``now``
+        (this gateway's clock) only says when to ask: Redis's clock decides the start."""
+        if room.sale in self._placed or now < room.starts_at:
             return
         async with self._placing:  # a burst of joins at the start: one of them places
             if room.sale not in self._placed:
-                await queue.fix_places(self.s.router.client, room.sale, int(now * 1000))
-                self._placed.add(room.sale)
+                starts_at_ms = int(room.starts_at * 1000)
+                if await queue.fix_places(self.s.router.client, room.sale, starts_at_ms):
+                    self._placed.add(room.sale)
 
     async def _units_left(self, room: Room) -> int | None:
         """Over every item of the sale; None when unknown (a shard down or not loaded)."""

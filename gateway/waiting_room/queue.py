@@ -3,7 +3,9 @@
 Places: whoever joins before the start is listed unplaced; at the start the list is sealed
 (later joins are placed first-come behind it, from ``next``) and shuffled once — uniformly, by
 the gateway's CSPRNG — then every early arrival's place is written in one script, so all of
-them are placed or none (another gateway retries a seal that died half-way).
+them are placed or none (another gateway retries a seal that died half-way). The start is
+judged by Redis's clock, the one every gateway shares: a gateway whose own clock runs ahead
+cannot seal early.
 """
 
 from __future__ import annotations
@@ -47,18 +49,25 @@ redis.call('HSET', KEYS[1], ARGV[1], v)
 for i = 1, 4 do redis.call('EXPIREAT', KEYS[i], ARGV[4]) end
 return v
 """
-# KEYS: meta, early. → the early arrivals, or nil once placed.
+# KEYS: meta, early. ARGV: starts_at_ms. → the early arrivals, nil once placed, or -1 while
+# Redis's clock is before the start.
 _SEAL = """
 if redis.call('HEXISTS', KEYS[1], 'placed') == 1 then return nil end
+local t = redis.call('TIME')
+if tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) < tonumber(ARGV[1]) then
+  return -1
+end
 if redis.call('HSETNX', KEYS[1], 'sealed', 1) == 1 then
   redis.call('HSET', KEYS[1], 'next', redis.call('LLEN', KEYS[2]))
 end
 return redis.call('LRANGE', KEYS[2], 0, -1)
 """
-# KEYS: joined, meta. ARGV: now_ms, buyer1, buyer2, … in their shuffled order.
+# KEYS: joined, meta. ARGV: buyer1, buyer2, … in their shuffled order (issued: Redis's clock).
 _PLACE = """
 if redis.call('HEXISTS', KEYS[2], 'placed') == 1 then return 0 end
-for i = 2, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], (i - 1) .. ':' .. ARGV[1]) end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], i .. ':' .. now) end
 redis.call('HSET', KEYS[2], 'placed', 1)
 return 1
 """
@@ -148,16 +157,19 @@ async def place_of(client: RedisCluster, sale: int, buyer: int) -> tuple[int, in
     return None if value is None else _place(value)
 
 
-async def fix_places(client: RedisCluster, sale: int, now_ms: int) -> None:
-    """At the start: seal the early arrivals and give them a uniformly random order (no-op
-    once placed)."""
+async def fix_places(client: RedisCluster, sale: int, starts_at_ms: int) -> bool:
+    """Once Redis's clock reaches the start: seal the early arrivals and give them a uniformly
+    random order (a no-op once placed). → whether the places are fixed."""
     joined, meta, early, _ = _keys(sale)
-    buyers = await with_deadline(client.eval(_SEAL, 2, meta, early))
+    buyers = await with_deadline(client.eval(_SEAL, 2, meta, early, starts_at_ms))
     if buyers is None:
-        return
+        return True
+    if buyers == -1:
+        return False
     order = list(buyers)
     _SHUFFLE.shuffle(order)
-    await with_deadline(client.eval(_PLACE, 2, joined, meta, now_ms, *order))
+    await with_deadline(client.eval(_PLACE, 2, joined, meta, *order))
+    return True
 
 
 async def advance(

@@ -5,20 +5,32 @@ As documented (docs/reliability.md): the sale opens by the server's clock, so ea
 it when its own clock reaches ``startsAt``; and tokens are checked against that clock with
 ``jwt_leeway_seconds`` of leeway, so a token outside the leeway is rejected there. Units stay
 exact whatever the clocks say: Redis decides.
+
+Decisions that compare times written by different processes never read this wall clock: the
+outbox relay ages an entry by its own monotonic clock from when it first saw it, and a waiting
+room is sealed, shuffled and admitted from when Redis's clock reaches ``startsAt``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import time
 from collections.abc import Callable
 
+import asyncpg
 import httpx
 import jwt
 import pytest
 
+from gateway.auth import sign_token
+from kernel.events import OrderPlaced, encode
+from kernel.ids import new_order_id
 from kernel.settings import Settings
+from shard_router import Outcome, ShardRouter
 from tests.faults.conftest import FAULTS_PORT, RATE, SHARDS, show
+from tests.gateway.test_waiting_room import _room_sale
+from tests.support.constants import QUICK_RELAY
 from tests.support.system import GatewaySpec, System, fresh_buyers
 from tests.support.system_load import Answer, purchase_path
 
@@ -77,14 +89,18 @@ def _of(answers: list[Answer], gateway: int, start_s: float, end_s: float) -> se
     return {a.status for a in answers if a.gateway == gateway and start_s <= a.due_s < end_s}
 
 
+def _skewed() -> GatewaySpec:
+    if shutil.which("faketime") is None:
+        pytest.fail("faketime is missing (Debian's faketime package; scripts/bootstrap)")
+    return GatewaySpec(
+        env={"FAKETIME_DONT_FAKE_MONOTONIC": "1"}, prefix=("faketime", "-f", f"+{SKEW_S}s")
+    )
+
+
 def test_a_gateway_with_a_skewed_clock_keeps_the_documented_window_and_token_checks(
     whole: Settings,
 ) -> None:
-    if shutil.which("faketime") is None:
-        pytest.fail("faketime is missing (Debian's faketime package; scripts/bootstrap)")
-    skewed = GatewaySpec(
-        env={"FAKETIME_DONT_FAKE_MONOTONIC": "1"}, prefix=("faketime", "-f", f"+{SKEW_S}s")
-    )
+    skewed = _skewed()
     with System(whole, "clock-skew", port=FAULTS_PORT, gateways=[GatewaySpec(), skewed]) as system:
         sale = system.sale(QUANTITY, SHARDS, opens_in_s=OPENS_IN_S)
         load = system.load(sale, rate=RATE, duration_s=DURATION_S)
@@ -117,3 +133,119 @@ def test_a_gateway_with_a_skewed_clock_keeps_the_documented_window_and_token_che
     assert skewed_all <= {202, 410, 503} and 202 in skewed_all, skewed_all
     statuses = [status for status, _ in probes.values()]
     assert statuses == [202, 401, 202, 401], probes
+
+
+RELAY_MIN_AGE_S = QUICK_RELAY["outbox_relay_min_age_ms"] / 1000
+RELAY_DEADLINE_S = 20.0
+POLL_S = 0.02
+
+
+async def _fresh_entry_relayed_after(cfg: Settings, item_id: int) -> tuple[float, str]:
+    """A purchase's unit, hold and outbox entry, written as a gateway does just before its
+    hand-off to Kafka and dated by the true clock; → (seconds until a relay re-sent it, as
+    seen by its ack dropping the entry, orderId)."""
+    router = ShardRouter(cfg)
+    await router.start()
+    try:
+        buyer, order_id = fresh_buyers(1)[0], new_order_id(item_id)
+        now_ms = int(time.time() * 1000)
+
+        def payload(shard: int) -> bytes:
+            home = buyer % SHARDS
+            return encode(
+                OrderPlaced(order_id, item_id, buyer, shard, home, now_ms, now_ms + 600_000)
+            )
+
+        written = time.monotonic()
+        got = await router.reserve(item_id, SHARDS, buyer, order_id, payload)
+        assert got.outcome is Outcome.RESERVED, got
+        while order_id in await router.outbox(item_id, got.unit_shard):
+            assert time.monotonic() - written < RELAY_DEADLINE_S, "no relay re-sent the entry"
+            await asyncio.sleep(POLL_S)
+        return time.monotonic() - written, order_id
+    finally:
+        await router.close()
+
+
+async def _stored(cfg: Settings, order_id: str) -> bool:
+    pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=1)
+    try:
+        deadline = time.monotonic() + RELAY_DEADLINE_S
+        while time.monotonic() < deadline:
+            if await pool.fetchval("select count(*) from flash_sale_order where id = $1", order_id):
+                return True
+            await asyncio.sleep(0.2)
+        return False
+    finally:
+        await pool.close()
+
+
+def test_a_relay_with_a_clock_ahead_never_resends_a_fresh_entry(whole: Settings) -> None:
+    """A fresh entry is the hand-off's until ``outbox_relay_min_age_ms`` has passed: a re-send
+    before that, followed by the hand-off's NeverSent give-back, is an order in Kafka whose unit
+    is back on sale. The relay of a gateway whose clock runs 30 s ahead must wait as long."""
+    with System(whole, "clock-skew-relay", port=FAULTS_PORT, gateways=[_skewed()]) as system:
+        sale = system.sale(10, SHARDS)
+        age_s, order_id = asyncio.run(_fresh_entry_relayed_after(system.cfg, sale.item_id))
+        stored = asyncio.run(_stored(system.cfg, order_id))
+    print(f"\n  relayed {age_s:.2f}s after it was written (min age {RELAY_MIN_AGE_S}s)")
+    assert age_s >= RELAY_MIN_AGE_S, age_s  # before: within one relay round (about 0.5 s)
+    assert stored  # and it is still delivered, once it is old by the relay's own clock
+
+
+ROOM_OPENS_IN_S = 15  # true seconds; the skewed gateway sees the start 15 s in the past
+ROOM_BUYERS = 8
+ROOM_MARGIN_S = 1.0  # the last look before the start, and after it, the scheduling slack
+
+
+async def _meta(cfg: Settings, sale: int) -> set[bytes | str]:
+    """The fields of the room's meta hash (``sealed`` and ``placed`` once the start is past)."""
+    router = ShardRouter(cfg)
+    await router.start()
+    try:
+        return set(await router.client.hkeys(f"{{room:{sale}}}:meta"))
+    finally:
+        await router.close()
+
+
+def test_a_gateway_with_a_clock_ahead_neither_seals_nor_admits_a_room_early(
+    whole: Settings,
+) -> None:
+    """Early arrivals join through a gateway whose clock is 30 s ahead: until Redis's clock
+    reaches startsAt nothing is sealed and nobody is admitted; after it, all are placed at
+    random and admitted."""
+    gateways = [GatewaySpec(), _skewed()]
+    with System(whole, "clock-skew-room", port=FAULTS_PORT, gateways=gateways) as system:
+        true_base, skewed_base = system.bases
+        sale, _, starts_at = _room_sale(true_base, 100, ROOM_OPENS_IN_S, rate=100)
+        queue = f"{skewed_base}/api/flash-sales/sales/{sale}/queue"
+        tickets = {}
+        for buyer in fresh_buyers(ROOM_BUYERS):
+            auth = {"Authorization": f"Bearer {sign_token(system.cfg, buyer)}"}
+            joined = httpx.post(queue, headers=auth, timeout=10)
+            assert joined.status_code == 200, joined.text
+            tickets[buyer] = joined.json()["ticket"]
+        early_states: set[str] = set()
+        while time.time() < starts_at - ROOM_MARGIN_S:
+            meta = asyncio.run(_meta(system.cfg, sale))
+            if time.time() < starts_at:
+                assert not {b"sealed", b"placed"} & meta, (starts_at - time.time(), meta)
+            for buyer, ticket in tickets.items():
+                polled = httpx.get(queue, headers={"X-Queue-Ticket": ticket}, timeout=10)
+                if polled.status_code == 200 and time.time() < starts_at:  # answered early
+                    early_states.add(polled.json()["state"])
+                    tickets[buyer] = polled.json()["ticket"]
+            time.sleep(ROOM_MARGIN_S / 2)
+        admitted: set[int] = set()
+        deadline = starts_at + ROOM_MARGIN_S + 10
+        while len(admitted) < ROOM_BUYERS and time.time() < deadline:
+            for buyer, ticket in tickets.items():
+                polled = httpx.get(queue, headers={"X-Queue-Ticket": ticket}, timeout=10)
+                if polled.status_code == 200:
+                    tickets[buyer] = polled.json()["ticket"]
+                    if polled.json()["state"] == "ADMITTED":
+                        admitted.add(buyer)
+            time.sleep(ROOM_MARGIN_S / 2)
+    print(f"\n  before the start: {early_states}; admitted after it: {len(admitted)}")
+    assert "ADMITTED" not in early_states, early_states  # before: admitted 15 s early
+    assert admitted == set(tickets), admitted

@@ -55,7 +55,7 @@ def _hand_off(
         return True
 
     store = FakeStore()
-    outbox = Outbox("test outbox", "topic", store, lambda: [], VoucherReserved, lambda e: 0)
+    outbox = Outbox("test outbox", "topic", store, lambda: [], VoucherReserved)
     # Duck-typed: a hand-off only calls send().
     return HandOff("test unit", outbox, cast(OrderProducer, producer), give_back), store
 

@@ -77,7 +77,7 @@ def _room_tick(t: Target) -> Awaitable[tuple[int, int, int]]:
     return queue.advance(t.router.client, t.sale, 10, 5, 10)
 
 
-def _room_places(t: Target) -> Awaitable[None]:
+def _room_places(t: Target) -> Awaitable[bool]:
     return queue.fix_places(t.router.client, t.sale, 0)
 
 
