@@ -1,8 +1,9 @@
-"""``flashsale fleet up|down|status``: gateway hosts in namespaces behind haproxy (issue 14)."""
+"""``flashsale fleet up|down|status``: gateway hosts in namespaces behind haproxy."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from flashsale.cli.parser import Subcommands, command, subcommands
 from kernel.settings import Settings
@@ -11,8 +12,12 @@ from kernel.settings import Settings
 def _up(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale.fleet import fleet
 
-    hosts = fleet.up(cfg, args.gateways)
-    print(f"fleet: {len(hosts)} gateway hosts behind {fleet.balancer_url(cfg)}")
+    if fleet.current_hosts(cfg):  # partly up, or all up: start only what is missing
+        started = fleet.repair(cfg, args.gateways)
+        print(f"fleet: started {', '.join(started) or 'nothing (all of it runs)'}")
+    else:
+        hosts = fleet.up(cfg, args.gateways)
+        print(f"fleet: {len(hosts)} gateway hosts behind {fleet.balancer_url(cfg)}")
     _print_status(cfg)
     return 0
 
@@ -26,7 +31,12 @@ def _down(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def _status(args: argparse.Namespace, cfg: Settings) -> int:
-    _print_status(cfg)
+    if args.json:
+        from flashsale.fleet import fleet
+
+        print(json.dumps(fleet.status(cfg), indent=2))
+    else:
+        _print_status(cfg)
     return 0
 
 
@@ -54,9 +64,13 @@ def add_fleet(sub: Subcommands) -> None:
     up.add_argument(
         "--gateways",
         type=_gateways,
-        default=2,
+        default=None,
         metavar="N",
-        help="gateway hosts, one network namespace each (default: 2)",
+        help="gateway hosts, one network namespace each (default: 2; a fleet partly up: what "
+        "it has, and only its missing processes are started)",
     )
     command(actions, "down", "stop exactly what `fleet up` started, delete its network", _down)
-    command(actions, "status", "show each host, the balancer and the sold-out agent", _status)
+    status = command(
+        actions, "status", "show each host, the balancer and the sold-out agent", _status
+    )
+    status.add_argument("--json", action="store_true", help="one JSON object per row")

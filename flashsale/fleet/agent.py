@@ -1,17 +1,24 @@
-"""The sold-out agent: keeps the balancer's sold-out map as the gateways keep their flags.
+"""The sold-out agent: keeps the balancer's sold-out entries as the gateways keep their flags.
 
-``soldout:<item>`` on the stock-event channel adds the item's purchase path to the map, and
-``restock:<item>`` deletes it, through haproxy's runtime API. A lost message cannot leave a
-stale entry: every ``fleet_resync_ms`` each entry is re-checked against the shards' stock (stock
-back: it goes), and one not confirmed empty for a flag TTL (``sold_out_flag_ttl_ms``, Redis
-unreachable) goes at that TTL, the bound a gateway's own flag has. A re-check only ever extends
-or removes an entry, never adds one: a restock that cleared it meanwhile stays cleared.
+``soldout:<item>`` on the stock-event channel sets the item's purchase path in haproxy's sold-out
+table, and ``restock:<item>`` clears it, through haproxy's runtime API. Every ``fleet_resync_ms``
+each entry is re-checked against the shards' stock: stock back, it goes; still empty, it is set
+again. The table expires an entry a flag TTL (``sold_out_flag_ttl_ms``) after it was last set,
+so an entry not confirmed for a TTL goes by itself, whatever the agent is doing: Redis
+unreachable, the agent hung, killed or restarting, the same bound a gateway's own flag has. A
+re-check only ever extends or removes an entry, never adds one: a restock that cleared it
+meanwhile stays cleared.
+
+haproxy unreachable is not fatal: commands are dropped (a restarted haproxy starts with an
+empty table, which is "not sold out"), and the next re-check sets again what is still confirmed.
+A restarted agent takes over the entries haproxy still holds, each with the time it has left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import sys
 import time
@@ -20,61 +27,82 @@ from pathlib import Path
 import asyncpg
 from redis.asyncio import Redis
 
+from flashsale.fleet.haproxy import SOLD_OUT_TABLE, clear_sold_out, set_sold_out, table_entries
 from gateway.items import ItemCatalog
-from gateway.paths import purchase_path
+from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, purchase_path
 from kernel.logs import setup
 from kernel.settings import Settings, settings
 from shard_router import ShardRouter
 from shard_router.stock_events import CHANNEL
 
 log = logging.getLogger(__name__)
+COMMAND_TIMEOUT_S = 1.0
 
 
-class BalancerMap:
-    """The map as we set it: item → when its emptiness was last confirmed (monotonic)."""
+class BalancerTable:
+    """The table as we set it: item → when its emptiness was last confirmed (monotonic)."""
 
-    def __init__(self, socket_path: Path, map_path: Path, ready_file: Path) -> None:
+    def __init__(self, socket_path: Path, ready_file: Path, ttl_s: float) -> None:
         self.socket_path = socket_path
-        self.map_path = map_path
         self.ready_file = ready_file
+        self.ttl_s = ttl_s
         self.confirmed: dict[int, float] = {}
+        # One command at a time, in the order decided: a set must never overtake the clear
+        # of a restock that came after it.
+        self._lock = asyncio.Lock()
 
     async def _command(self, line: str) -> str:
-        reader, writer = await asyncio.open_unix_connection(str(self.socket_path))
         try:
-            writer.write(line.encode() + b"\n")
-            await writer.drain()
-            return (await reader.read()).decode()
-        finally:
-            writer.close()
+            async with asyncio.timeout(COMMAND_TIMEOUT_S):
+                reader, writer = await asyncio.open_unix_connection(str(self.socket_path))
+                try:
+                    writer.write(line.encode() + b"\n")
+                    await writer.drain()
+                    return (await reader.read()).decode()
+                finally:
+                    writer.close()
+        except (OSError, TimeoutError) as exc:
+            log.warning("balancer unreachable (%s): %r dropped", exc, line)
+            return ""
+
+    async def _set(self, item_id: int) -> None:
+        await self._command(set_sold_out(purchase_path(item_id)))
 
     async def mark(self, item_id: int) -> None:
-        known = item_id in self.confirmed
-        self.confirmed[item_id] = time.monotonic()
-        if not known:  # `add map` on a present key would add a duplicate entry
-            await self._command(f"add map {self.map_path} {purchase_path(item_id)} 1")
+        async with self._lock:
+            self.confirmed[item_id] = time.monotonic()
+            await self._set(item_id)
 
-    def extend(self, item_id: int, checked_at: float) -> None:
-        """Still empty as of ``checked_at``: a flag still set lives on. Never adds one: a
-        restock may have cleared it while the check ran, and its stale reading must not
-        bring the flag back."""
-        if item_id in self.confirmed:
-            self.confirmed[item_id] = max(self.confirmed[item_id], checked_at)
+    async def extend(self, item_id: int, checked_at: float) -> None:
+        """Still empty as of ``checked_at``: an entry still set lives on (set again, which
+        re-arms its expire). Never adds one: a restock may have cleared it while the check
+        ran, and its stale reading must not bring the entry back."""
+        async with self._lock:
+            if item_id in self.confirmed:
+                self.confirmed[item_id] = max(self.confirmed[item_id], checked_at)
+                await self._set(item_id)
 
-    def next_expiry(self, ttl_s: float) -> float | None:
-        """When the oldest confirmation runs out (monotonic), if any flag is set."""
-        return min(self.confirmed.values()) + ttl_s if self.confirmed else None
+    def next_expiry(self) -> float | None:
+        """When the oldest confirmation runs out (monotonic), if any entry is set."""
+        return min(self.confirmed.values()) + self.ttl_s if self.confirmed else None
 
     async def clear(self, item_id: int) -> None:
-        if self.confirmed.pop(item_id, None) is not None:
-            await self._command(f"del map {self.map_path} {purchase_path(item_id)}")
+        async with self._lock:
+            if self.confirmed.pop(item_id, None) is not None:
+                await self._command(clear_sold_out(purchase_path(item_id)))
 
-    async def reset(self) -> None:
-        self.confirmed.clear()
-        await self._command(f"clear map {self.map_path}")
+    async def adopt(self) -> None:
+        """Take over what haproxy holds (a restarted agent): each entry confirmed as long ago
+        as its expire says, so it goes when haproxy would drop it, or is re-checked first."""
+        now = time.monotonic()
+        shown = await self._command(f"show table {SOLD_OUT_TABLE}")
+        for path, left_ms in table_entries(shown).items():
+            item = path.removeprefix(PURCHASE_PREFIX).removesuffix(PURCHASE_SUFFIX)
+            if item.isdigit():
+                self.confirmed[int(item)] = now - self.ttl_s + left_ms / 1000
 
 
-async def listen(cfg: Settings, flags: BalancerMap, stop: asyncio.Event) -> None:
+async def listen(cfg: Settings, flags: BalancerTable, stop: asyncio.Event) -> None:
     """PUBLISH on a cluster reaches every node: any one node is enough to subscribe to."""
     while not stop.is_set():
         host, port = random.choice(cfg.redis_nodes).rsplit(":", 1)
@@ -82,7 +110,8 @@ async def listen(cfg: Settings, flags: BalancerMap, stop: asyncio.Event) -> None
         try:
             async with client.pubsub() as pubsub:
                 await pubsub.subscribe(CHANNEL)
-                flags.ready_file.touch()  # `fleet up` waits for this: no broadcast is missed
+                # `fleet up` waits for this (our PID: a restarted agent's, not its forerunner's)
+                flags.ready_file.write_text(str(os.getpid()))
                 while not stop.is_set():
                     message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
                     if message is None:
@@ -101,7 +130,7 @@ async def listen(cfg: Settings, flags: BalancerMap, stop: asyncio.Event) -> None
 
 async def resync(
     cfg: Settings,
-    flags: BalancerMap,
+    flags: BalancerTable,
     router: ShardRouter,
     catalog: ItemCatalog,
     stop: asyncio.Event,
@@ -109,7 +138,7 @@ async def resync(
     """Every ``fleet_resync_ms``, and also when a flag's confirmation is about to run out: a
     flag Redis cannot confirm goes exactly a TTL after its last confirmation, as a gateway's
     own flag expires, not up to a resync period later."""
-    ttl_s = cfg.sold_out_flag_ttl_ms / 1000
+    ttl_s = flags.ttl_s
     while not stop.is_set():
         for item_id in list(flags.confirmed):
             confirmed, checked_at = flags.confirmed.get(item_id), time.monotonic()
@@ -125,11 +154,11 @@ async def resync(
                 log.debug("re-check of item %s failed (%s)", item_id, exc)
                 continue
             if left == 0:
-                flags.extend(item_id, checked_at)
+                await flags.extend(item_id, checked_at)
             else:  # stock back, or no such item
                 await flags.clear(item_id)
         wait_s = cfg.fleet_resync_ms / 1000
-        expiry = flags.next_expiry(ttl_s)
+        expiry = flags.next_expiry()
         if expiry is not None:
             wait_s = min(wait_s, max(0.01, expiry - time.monotonic()))
         try:
@@ -138,8 +167,8 @@ async def resync(
             pass
 
 
-async def run(cfg: Settings, flags: BalancerMap) -> None:
-    await flags.reset()
+async def run(cfg: Settings, flags: BalancerTable) -> None:
+    await flags.adopt()
     router = ShardRouter(cfg)
     await router.start()
     pool = await asyncpg.create_pool(cfg.pg_dsn, min_size=1, max_size=2)
@@ -155,8 +184,9 @@ async def run(cfg: Settings, flags: BalancerMap) -> None:
 def main() -> None:
     cfg = settings()
     setup(cfg)
-    socket_path, map_path, ready_file = (Path(a) for a in sys.argv[1:4])
-    asyncio.run(run(cfg, BalancerMap(socket_path, map_path, ready_file)))
+    socket_path, ready_file = (Path(a) for a in sys.argv[1:3])
+    ttl_s = cfg.sold_out_flag_ttl_ms / 1000
+    asyncio.run(run(cfg, BalancerTable(socket_path, ready_file, ttl_s)))
 
 
 if __name__ == "__main__":

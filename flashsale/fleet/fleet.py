@@ -27,9 +27,10 @@ from flashsale.stack.processes import (
     settings_env,
     wait_until,
 )
-from kernel.settings import PREFIX, Settings
+from kernel.settings import PREFIX, Settings, load_settings
 
 READY_TIMEOUT_S = 60.0
+AGENT_MARKER = "flashsale.fleet.agent"
 PRIVATE_SLOTS = 9
 
 
@@ -74,10 +75,6 @@ class Paths:
         return self.root / "haproxy.sock"
 
     @property
-    def soldout_map(self) -> Path:
-        return self.root / "soldout.map"
-
-    @property
     def agent_ready(self) -> Path:
         return self.root / "agent.ready"
 
@@ -101,23 +98,61 @@ def balancer(cfg: Settings) -> Managed:
 
 
 def agent(cfg: Settings) -> Managed:
+    """The agent's supervisor (flashsale/fleet/supervise.py), which restarts the agent."""
     return Managed("agent", paths(cfg).root)
+
+
+def agent_child(cfg: Settings) -> Managed:
+    """The sold-out agent itself, started (and started again) by its supervisor."""
+    return Managed("agent-child", paths(cfg).root)
+
+
+def agent_ready(cfg: Settings) -> bool:
+    """The running agent has subscribed to the stock events (it wrote its PID there then)."""
+    pid = agent_child(cfg).pid()
+    try:
+        return pid is not None and paths(cfg).agent_ready.read_text() == str(pid)
+    except OSError:
+        return False
 
 
 def balancer_url(cfg: Settings) -> str:
     return f"http://127.0.0.1:{cfg.fleet_balancer_port}"
 
 
+def operator_port(cfg: Settings) -> int:
+    return cfg.fleet_balancer_port + 1
+
+
+def operator_url(cfg: Settings) -> str:
+    """The balancer's listener for every route (admin, vouchers, metrics), loopback only."""
+    return f"http://127.0.0.1:{operator_port(cfg)}"
+
+
 def gateway_url(cfg: Settings, host: Host) -> str:
     return f"http://{host.address}:{cfg.gateway_port}"
 
 
-def current_hosts(cfg: Settings) -> list[Host]:
+def _record(cfg: Settings) -> dict[str, object]:
+    """What `up` recorded: the gateway count and the settings it gave the fleet."""
     try:
-        count = int(json.loads(paths(cfg).hosts_file.read_text())["gateways"])
-    except (FileNotFoundError, ValueError, KeyError):
-        return []
-    return namespaces.hosts(cfg, count)
+        record = json.loads(paths(cfg).hosts_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def current_hosts(cfg: Settings) -> list[Host]:
+    count = _record(cfg).get("gateways")
+    return namespaces.hosts(cfg, count) if isinstance(count, int) else []
+
+
+def _overlay(cfg: Settings, extra: Mapping[str, str]) -> Settings:
+    """``cfg`` with the fleet's own settings on top (those its gateways get as variables): the
+    balancer's limits and the agent's bound are the gateways'."""
+    parsed = load_settings(extra)
+    names = [f.name for f in dataclasses.fields(Settings) if PREFIX + f.name.upper() in extra]
+    return dataclasses.replace(cfg, **{n: getattr(parsed, n) for n in names})
 
 
 def _gateway_env(cfg: Settings, host: Host, extra: Mapping[str, str]) -> dict[str, str]:
@@ -139,49 +174,97 @@ def _gateway_env(cfg: Settings, host: Host, extra: Mapping[str, str]) -> dict[st
 
 def up(
     cfg: Settings,
-    gateways: int,
+    gateways: int | None = None,
     extra_env: Mapping[str, str] | None = None,
     cores: str | None = None,
 ) -> list[Host]:
-    """``cores`` (a taskset list): every process of the fleet runs there (a benchmark's)."""
-    if namespaces.leftovers(cfg) or any(m.pid() for m in _managed(cfg)):
-        raise StackError("the fleet is up already (or left over): `flashsale fleet down` first")
+    """A fleet of ``gateways`` hosts (default 2), or, if this fleet is partly up, what of it is
+    missing (`repair`). ``cores`` (a taskset list): every process of the fleet runs there (a
+    benchmark's)."""
+    if _record(cfg) or namespaces.leftovers(cfg) or any(m.pid() for m in _managed(cfg)):
+        repair(cfg, gateways, extra_env, cores)
+        return current_hosts(cfg)
     if port_open(f"127.0.0.1:{cfg.fleet_balancer_port}"):
         raise StackError(f"port {cfg.fleet_balancer_port} is taken: another fleet's balancer?")
+    extra = dict(extra_env or {})
     root = paths(cfg)
     root.root.mkdir(parents=True, exist_ok=True)
-    hosts = namespaces.hosts(cfg, gateways)
-    root.hosts_file.write_text(json.dumps({"gateways": gateways}))
+    hosts = namespaces.hosts(cfg, gateways or 2)
+    root.hosts_file.write_text(json.dumps({"gateways": len(hosts), "env": extra}))
     try:
         namespaces.create_bridge(cfg)
         for host in hosts:
             namespaces.create_host(cfg, host)
         pin = ["taskset", "-c", cores] if cores else []
-        for host in hosts:
-            argv = ["ip", "netns", "exec", host.netns, *pin, sys.executable, "-m", "gateway"]
-            env = _gateway_env(cfg, host, extra_env or {})
-            gateway(cfg, host).start(argv, marker="-m gateway", env=env)
-        for host in hosts:
-            _wait(gateway(cfg, host), http_ready(f"{gateway_url(cfg, host)}/readyz"), host.netns)
-        _start_balancer(cfg, hosts, pin)
-        _start_agent(cfg, extra_env or {}, pin)
+        _start_gateways(cfg, hosts, extra, pin)
+        _start_balancer(cfg, hosts, extra, pin)
+        _start_agent(cfg, extra, pin)
     except BaseException:
         down(cfg)
         raise
     return hosts
 
 
-def _start_balancer(cfg: Settings, hosts: list[Host], pin: list[str]) -> None:
+def repair(
+    cfg: Settings,
+    gateways: int | None = None,
+    extra_env: Mapping[str, str] | None = None,
+    cores: str | None = None,
+) -> list[str]:
+    """Start what of a partly-up fleet is not running (a gateway, haproxy, the agent), with the
+    settings `up` gave it, never touching what runs. Returns what it started."""
+    record = _record(cfg)
+    hosts = current_hosts(cfg)
+    if not hosts:
+        raise StackError("a fleet of this name is left over without its record: `fleet down` first")
+    if gateways is not None and gateways != len(hosts):
+        raise StackError(f"the fleet is up with {len(hosts)} gateways: `fleet down` to change that")
+    recorded = record.get("env")
+    extra = dict(
+        extra_env if extra_env is not None else recorded if isinstance(recorded, dict) else {}
+    )
+    pin = ["taskset", "-c", cores] if cores else []
+    if not namespaces.has_bridge(cfg):
+        namespaces.create_bridge(cfg)
+    present = set(namespaces.existing_namespaces(cfg))
+    for host in hosts:
+        if host.netns not in present:
+            namespaces.create_host(cfg, host)
+    missing = [h for h in hosts if gateway(cfg, h).pid() is None]
+    _start_gateways(cfg, missing, extra, pin)
+    started = [f"gw{h.index}" for h in missing]
+    if balancer(cfg).pid() is None:
+        _start_balancer(cfg, hosts, extra, pin)
+        started.append("haproxy")
+    if agent(cfg).pid() is None:
+        _start_agent(cfg, extra, pin)
+        started.append("agent")
+    return started
+
+
+def _start_gateways(
+    cfg: Settings, hosts: list[Host], extra: Mapping[str, str], pin: list[str]
+) -> None:
+    for host in hosts:
+        argv = ["ip", "netns", "exec", host.netns, *pin, sys.executable, "-m", "gateway"]
+        env = _gateway_env(cfg, host, extra)
+        gateway(cfg, host).start(argv, marker="-m gateway", env=env)
+    for host in hosts:
+        _wait(gateway(cfg, host), http_ready(f"{gateway_url(cfg, host)}/readyz"), host.netns)
+
+
+def _start_balancer(
+    cfg: Settings, hosts: list[Host], extra: Mapping[str, str], pin: list[str]
+) -> None:
     root = paths(cfg)
-    root.soldout_map.write_text("")
     text = haproxy.render(
         hosts,
         cfg.gateway_port,
         cfg.fleet_balancer_port,
         root.socket,
-        root.soldout_map,
         root.root / "haproxy.pid",
-        haproxy.Edge.of(cfg),  # the fleet's own settings, as its gateways and agent get them
+        haproxy.Edge.of(_overlay(cfg, extra)),  # the limits its gateways keep, once for all
+        operator_port(cfg),
     )
     root.config.write_text(text)
     managed = balancer(cfg)
@@ -197,15 +280,18 @@ def _start_balancer(cfg: Settings, hosts: list[Host], pin: list[str]) -> None:
 
 
 def _start_agent(cfg: Settings, extra: Mapping[str, str], pin: list[str]) -> None:
-    """The agent reads the settings the gateways got (its flag bound is theirs)."""
+    """The agent, under a supervisor that starts it again whenever it exits; it reads the
+    settings the gateways got (its flag bound is theirs). An agent its dead supervisor left
+    behind is stopped first: one agent per fleet."""
     root = paths(cfg)
+    agent_child(cfg).stop(timeout=10.0)
     root.agent_ready.unlink(missing_ok=True)
-    managed = agent(cfg)
-    argv = [*pin, sys.executable, "-m", "flashsale.fleet.agent"]
-    argv += [str(root.socket), str(root.soldout_map), str(root.agent_ready)]
+    child = [*pin, sys.executable, "-m", AGENT_MARKER, str(root.socket), str(root.agent_ready)]
+    argv = [sys.executable, "-m", "flashsale.fleet.supervise", str(root.root)]
+    argv += [agent_child(cfg).name, AGENT_MARKER, *child]
     env = {PREFIX + "ENV": "local", **os.environ, **extra}
-    managed.start(argv, marker="flashsale.fleet.agent", env=env)
-    _wait(managed, root.agent_ready.exists, "sold-out agent")
+    agent(cfg).start(argv, marker="flashsale.fleet.supervise", env=env)
+    _wait(agent(cfg), lambda: agent_ready(cfg), "sold-out agent")
 
 
 def _wait(managed: Managed, ready: Callable[[], bool], name: str) -> None:
@@ -241,7 +327,7 @@ def down(cfg: Settings) -> list[str]:
 
 
 def status(cfg: Settings) -> list[dict[str, object]]:
-    """One row per gateway host, then the balancer and the agent."""
+    """One row per gateway host, then the balancer and the agent (its supervisor's PID too)."""
     root = paths(cfg)
     try:
         states = haproxy.server_states(root.socket) if balancer(cfg).pid() else {}
@@ -259,8 +345,24 @@ def status(cfg: Settings) -> list[dict[str, object]]:
                 "balancer": states.get(f"gw{host.index}", "-"),
             }
         )
-    for name, managed in (("haproxy", balancer(cfg)), ("agent", agent(cfg))):
-        where = balancer_url(cfg) if name == "haproxy" else str(root.soldout_map)
-        pid = managed.pid()
-        rows.append({"name": name, "address": where, "pid": pid, "ready": pid is not None})
+    pid = balancer(cfg).pid()
+    rows.append(
+        {
+            "name": "haproxy",
+            "address": balancer_url(cfg),
+            "operators": operator_url(cfg),
+            "pid": pid,
+            "ready": pid is not None and bool(states),
+        }
+    )
+    pid, supervisor = agent_child(cfg).pid(), agent(cfg).pid()
+    rows.append(
+        {
+            "name": "agent",
+            "address": str(root.socket),
+            "pid": pid,
+            "supervisor": supervisor,
+            "ready": supervisor is not None and agent_ready(cfg),
+        }
+    )
     return rows

@@ -16,21 +16,31 @@ from string import Template
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import port_open, process_group, wait_ready
 from gateway.admission import OVERLOADED
+from gateway.errors import NotFound, RateLimited
 from gateway.responses import SOLD_OUT_BODY, encode
 from kernel.resources import asset
 from kernel.settings import Settings, settings
 
 TEMPLATE = asset("deploy", "haproxy", "haproxy.cfg.tmpl")
+CLIENT_BUCKET_LUA = TEMPLATE.with_name("client_bucket.lua")
+SOLD_OUT_TABLE = "soldout"  # the frontend's sold-out entries: purchase paths, with an expire
+BUYER_PREFIX = "/api/flash-sales/"  # the routes a gateway counts in its per-address bucket
 
 
 @dataclass(frozen=True, slots=True)
 class Edge:
-    """The balancer's overload and connection limits (Settings ``edge_*``)."""
+    """The balancer's overload and connection limits (Settings ``edge_*``), the per-client
+    address bucket it keeps for every gateway behind it (``ip_rate_per_s``, ``ip_burst``; None:
+    none), the paths its public listener forwards, and how long a sold-out entry lives past
+    its last confirmation (``sold_out_flag_ttl_ms``)."""
 
     server_maxconn: int
     queue_per_server: int
     queue_timeout_ms: int
     maxconn: int
+    client_bucket: tuple[float, float] | None = None
+    public_prefixes: tuple[str, ...] = ("/",)
+    sold_out_ttl_ms: int = 1000
 
     @classmethod
     def of(cls, cfg: Settings) -> Edge:
@@ -39,6 +49,9 @@ class Edge:
             cfg.edge_queue_per_server,
             cfg.edge_queue_timeout_ms,
             cfg.edge_maxconn,
+            (cfg.ip_rate_per_s, cfg.ip_burst),
+            cfg.edge_public_prefixes,
+            cfg.sold_out_flag_ttl_ms,
         )
 
 
@@ -49,14 +62,41 @@ def _quoted(body: bytes) -> str:
     return text
 
 
+def _client_bucket(edge: Edge) -> str:
+    if edge.client_bucket is None:
+        return ""
+    rate, burst = edge.client_bucket
+    body = _quoted(encode(RateLimited(retry_after=1).body()))
+    return (
+        "    # One bucket per client address for the whole fleet (client_bucket.lua), the one\n"
+        "    # a gateway keeps; its 429 is the gateway's, Retry-After computed as it does.\n"
+        f"    http-request lua.client_bucket {rate!r} {burst!r} if {{ path_beg {BUYER_PREFIX} }}\n"
+        f"    http-request return status 429 content-type \"application/json\" string '{body}'"
+        ' hdr retry-after "%[var(txn.retry_after)]" hdr server granian'
+        ' hdr date "%[date,http_date]" if { var(txn.retry_after) -m found }'
+    )
+
+
+def _operators(operator_port: int | None) -> str:
+    if operator_port is None:
+        return ""
+    return (
+        "\nfrontend operators\n"
+        "    # Every route (admin, vouchers, metrics), on this machine's loopback only: the\n"
+        "    # operators' way in, the public listener above being the buyers'.\n"
+        f"    bind 127.0.0.1:{operator_port}\n"
+        "    default_backend gateways\n"
+    )
+
+
 def render(
     hosts: Sequence[Host],
     gateway_port: int,
     port: int,
     socket_path: Path,
-    map_path: Path,
     pidfile: Path,
     edge: Edge,
+    operator_port: int | None = None,
 ) -> str:
     servers = "\n".join(
         line
@@ -77,7 +117,12 @@ def render(
         overloaded_body=_quoted(encode(OVERLOADED.body())),
         retry_after=OVERLOADED.retry_after,
         sold_out_body=_quoted(SOLD_OUT_BODY),
-        soldout_map=map_path,
+        sold_out_ttl_ms=edge.sold_out_ttl_ms,
+        not_found_body=_quoted(encode(NotFound().body())),
+        public_prefixes=" ".join(edge.public_prefixes),
+        client_bucket_lua=CLIENT_BUCKET_LUA,
+        client_bucket=_client_bucket(edge),
+        operators=_operators(operator_port),
         servers=servers,
     )
 
@@ -102,20 +147,9 @@ def serving(
     with the fleet's configuration, for the block (``prefix``: e.g. a taskset command)."""
     host, gateway_port = gateway.rsplit(":", 1)
     workdir.mkdir(parents=True, exist_ok=True)
-    sock, soldout_map, config = (
-        workdir / "haproxy.sock",
-        workdir / "soldout.map",
-        workdir / "haproxy.cfg",
-    )
-    soldout_map.write_text("")
+    sock, config = workdir / "haproxy.sock", workdir / "haproxy.cfg"
     text = render(
-        [Host(1, host)],
-        int(gateway_port),
-        port,
-        sock,
-        soldout_map,
-        workdir / "pid",
-        edge or Edge.of(settings()),
+        [Host(1, host)], int(gateway_port), port, sock, workdir / "pid", edge or Edge.of(settings())
     )
     config.write_text(text)
     with process_group([*prefix, "haproxy", "-db", "-f", str(config)], log=log) as proc:
@@ -144,6 +178,32 @@ def command(socket_path: Path, line: str, timeout: float = 2.0) -> str:
         while chunk := conn.recv(65536):
             chunks.append(chunk)
     return b"".join(chunks).decode()
+
+
+def table_entries(shown: str) -> dict[str, int]:
+    """``show table`` parsed: each key and the ms left before it expires. A line is
+    ``0x55...: key=/api/flash-sales/items/7/purchase use=0 exp=734 gpt0=1``."""
+    entries: dict[str, int] = {}
+    for line in shown.splitlines():
+        cells = dict(c.split("=", 1) for c in line.split()[1:] if "=" in c)
+        if "key" in cells and cells.get("exp", "").isdigit():
+            entries[cells["key"]] = int(cells["exp"])
+    return entries
+
+
+def set_sold_out(path: str) -> str:
+    """The command that sets (or refreshes: its expire starts again) a sold-out entry."""
+    return f"set table {SOLD_OUT_TABLE} key {path} data.gpt0 1"
+
+
+def clear_sold_out(path: str | None = None) -> str:
+    """The command that clears one entry, or every one."""
+    return f"clear table {SOLD_OUT_TABLE}" + (f" key {path}" if path else "")
+
+
+def sold_out_paths(socket_path: Path) -> dict[str, int]:
+    """The balancer's sold-out entries: purchase path → ms it has left."""
+    return table_entries(command(socket_path, f"show table {SOLD_OUT_TABLE}"))
 
 
 def _stat_rows(socket_path: Path) -> list[dict[str, str]]:

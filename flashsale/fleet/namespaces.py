@@ -216,6 +216,10 @@ def _host_veths(cfg: Settings) -> list[str]:
     return [n for n in names if n.startswith(f"{name(cfg)}-") and n != bridge(cfg)]
 
 
+def has_bridge(cfg: Settings) -> bool:
+    return run(["ip", "link", "show", bridge(cfg)], check=False).returncode == 0
+
+
 def remove_all(cfg: Settings) -> None:
     """Delete every namespace, veth, bridge and table this fleet (by its name) made, and nothing
     else. The veths go first, by hand: a deleted namespace takes its pair with it only when the
@@ -224,7 +228,7 @@ def remove_all(cfg: Settings) -> None:
         run(["ip", "link", "delete", veth], check=False)
     for netns in existing_namespaces(cfg):
         run(["ip", "netns", "delete", netns])
-    if run(["ip", "link", "show", bridge(cfg)], check=False).returncode == 0:
+    if has_bridge(cfg):
         run(["ip", "link", "delete", bridge(cfg)])
     if run(["nft", "list", "table", "ip", host_table(cfg)], check=False).returncode == 0:
         run(["nft", "delete", "table", "ip", host_table(cfg)])
@@ -233,7 +237,7 @@ def remove_all(cfg: Settings) -> None:
 def leftovers(cfg: Settings) -> list[str]:
     """What of this fleet's network still exists (empty after a clean down)."""
     found = existing_namespaces(cfg) + _host_veths(cfg)
-    if run(["ip", "link", "show", bridge(cfg)], check=False).returncode == 0:
+    if has_bridge(cfg):
         found.append(bridge(cfg))
     if run(["nft", "list", "table", "ip", host_table(cfg)], check=False).returncode == 0:
         found.append(host_table(cfg))

@@ -205,17 +205,18 @@ class Bench:
             env = {**GATEWAY_ENV, **settings_env(trusted_proxies=())}
             try:
                 hosts = fleet.up(cfg, 2, env, cores=core)
-                fleet.agent(cfg).stop()  # the map holds exactly the one item, set by hand
+                fleet.agent(cfg).stop()  # the table holds exactly the one item, set by hand
                 base = fleet.balancer_url(cfg)
-                other = _one_unit_item(base, cfg, self.token())
+                other = _one_unit_item(fleet.operator_url(cfg), cfg, self.token())
                 self.extra_items.append(other)
                 for host in hosts:  # every gateway flags both items (2 tries: its workers)
                     for item in (s.sold_out, other):
                         for _ in range(2):
                             sale.purchase(fleet.gateway_url(cfg, host), item, self.token())
                 root = fleet.paths(cfg)
-                haproxy.command(root.socket, f"clear map {root.soldout_map}")
-                haproxy.command(root.socket, f"add map {root.soldout_map} {s.sold_out.path} 1")
+                # (GATEWAY_ENV's flag TTL, a day, is the entry's expire too)
+                haproxy.command(root.socket, haproxy.clear_sold_out())
+                haproxy.command(root.socket, haproxy.set_sold_out(s.sold_out.path))
                 pids = [fleet.balancer(cfg).pid(), *(fleet.gateway(cfg, h).pid() for h in hosts)]
                 if None in pids:
                     raise RuntimeError("a fleet process is not running")

@@ -168,8 +168,12 @@ def run_distributed(
             writer_log = report_dir / "writer.log"
             argv = [sys.executable, "-m", "writer", "--metrics-port", "0"]
             stack.enter_context(process_group(argv, log=writer_log))
-        item = admin.create_sale(
-            base, cfg, units=opts.units, shards=opts.shards, opens_at=time.time() + opts.opens_in_s
+        item = admin.create_sale(  # the public edge serves buyer routes only
+            fleet.operator_url(cfg),
+            cfg,
+            units=opts.units,
+            shards=opts.shards,
+            opens_at=time.time() + opts.opens_in_s,
         )
         result.item_id = item.item_id
         hosts = stack.enter_context(client_hosts(cfg, opts.workers + 1))

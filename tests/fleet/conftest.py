@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 
@@ -36,12 +37,18 @@ def live_stack() -> Iterator[Settings]:
         yield mine
 
 
-@pytest.fixture(scope="module")
-def hosts(live_stack: Settings) -> Iterator[list[Host]]:
-    """A fleet of GATEWAYS hosts for the module, and a writer (a cancel needs the order stored)."""
+@contextmanager
+def running_fleet(cfg: Settings, gateways: int) -> Iterator[list[Host]]:
+    """A fleet of ``gateways`` hosts, and a writer (a cancel needs the order stored)."""
     with running_writer():
-        up = fleet.up(live_stack, GATEWAYS, FLEET_ENV)
+        up = fleet.up(cfg, gateways, FLEET_ENV)
         try:
             yield up
         finally:
-            fleet.down(live_stack)
+            fleet.down(cfg)
+
+
+@pytest.fixture(scope="module")
+def hosts(live_stack: Settings) -> Iterator[list[Host]]:
+    with running_fleet(live_stack, GATEWAYS) as up:
+        yield up

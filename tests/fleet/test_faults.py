@@ -60,7 +60,7 @@ def _warmed_sale(cfg: Settings, hosts: list[Host]) -> tuple[str, int, int]:
     """A sale of QUANTITY units through the balancer, warmed at every host: (balancer URL, item,
     units the warm-up took)."""
     base = fleet.balancer_url(cfg)
-    item_id = new_sale(base, QUANTITY, SHARDS)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(cfg), QUANTITY, SHARDS)["items"][0]["itemId"]
     return base, item_id, _warm(cfg, hosts, item_id)
 
 

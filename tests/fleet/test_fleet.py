@@ -28,9 +28,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _in_map(cfg: Settings, item_id: int) -> bool:
-    root = fleet.paths(cfg)
-    out = haproxy.command(root.socket, f"get map {root.soldout_map} {purchase_path(item_id)}")
-    return "found=yes" in out  # haproxy answers "type=str, case=sensitive, found=no"
+    return purchase_path(item_id) in haproxy.sold_out_paths(fleet.paths(cfg).socket)
 
 
 async def _sell_out(cfg: Settings, base: str, item_id: int, buyers: int) -> Counter[int]:
@@ -54,12 +52,12 @@ def test_every_host_is_up_and_behind_the_balancer(live_stack: Settings, hosts: l
     for host in hosts:
         assert rows[f"gw{host.index}"]["ready"] is True
         assert rows[f"gw{host.index}"]["balancer"] == "UP"
-    assert rows["haproxy"]["pid"] and rows["agent"]["pid"]
+    assert rows["haproxy"]["pid"] and rows["agent"]["pid"] and rows["agent"]["supervisor"]
 
 
 def test_a_purchase_through_the_balancer(live_stack: Settings, hosts: list[Host]) -> None:
     base = fleet.balancer_url(live_stack)
-    item_id = new_sale(base, 10, 2)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(live_stack), 10, 2)["items"][0]["itemId"]
     answer = buy_new(live_stack, base, item_id, next(users))
     assert answer.status_code == 202, answer.text
     assert answer.json()["status"] == "PENDING"
@@ -67,7 +65,7 @@ def test_a_purchase_through_the_balancer(live_stack: Settings, hosts: list[Host]
 
 def test_the_balancer_answers_410_like_a_gateway(live_stack: Settings, hosts: list[Host]) -> None:
     base = fleet.balancer_url(live_stack)
-    item_id = new_sale(base, 1, 1)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(live_stack), 1, 1)["items"][0]["itemId"]
     assert buy_new(live_stack, base, item_id, next(users)).status_code == 202
     from_gateway = buy_new(live_stack, fleet.gateway_url(live_stack, hosts[0]), item_id, 1)
     assert from_gateway.status_code == 410
@@ -89,12 +87,12 @@ async def test_sold_out_reaches_every_gateway_and_the_balancer(
 ) -> None:
     """A 1,000-unit sale over 3 gateways; then small sales, to measure the flag's delay."""
     base = fleet.balancer_url(live_stack)
-    item_id = new_sale(base, 1000, 4)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(live_stack), 1000, 4)["items"][0]["itemId"]
     outcomes = await _sell_out(live_stack, base, item_id, 1100)
     assert outcomes[202] == 1000 and outcomes[410] == 100, outcomes
     delays = [_flag_delay(live_stack, hosts, item_id, sold_at=time.monotonic())]
     for _ in range(30):
-        small = new_sale(base, 1, 1)["items"][0]["itemId"]
+        small = new_sale(fleet.operator_url(live_stack), 1, 1)["items"][0]["itemId"]
         assert buy_new(live_stack, base, small, next(users)).status_code == 202
         # The first 410 from Redis is what broadcasts the sell-out (gateway/purchase.py).
         first = buy_new(live_stack, fleet.gateway_url(live_stack, hosts[0]), small, next(users))
@@ -123,7 +121,7 @@ def _flag_delay(cfg: Settings, hosts: list[Host], item_id: int, sold_at: float) 
 
 def test_a_cancel_reopens_the_item_at_the_balancer(live_stack: Settings, hosts: list[Host]) -> None:
     base = fleet.balancer_url(live_stack)
-    item_id = new_sale(base, 1, 1)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(live_stack), 1, 1)["items"][0]["itemId"]
     owner = next(users)
     order = buy_new(live_stack, base, item_id, owner).json()["orderId"]
     assert (
@@ -164,7 +162,7 @@ async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
     the bound, never beyond it (the flaky version expected a 202 the moment the map was clear)."""
     base = fleet.balancer_url(live_stack)
     bound_s = live_stack.sold_out_flag_ttl_ms / 1000
-    item_id = new_sale(base, 5, 1)["items"][0]["itemId"]
+    item_id = new_sale(fleet.operator_url(live_stack), 5, 1)["items"][0]["itemId"]
     assert buy_new(live_stack, base, item_id, next(users)).status_code == 202  # cached, open
     router = ShardRouter(live_stack)
     await router.start()
@@ -195,8 +193,10 @@ async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
 
 
 def test_down_leaves_nothing(live_stack: Settings, hosts: list[Host]) -> None:
-    pids = {int(row["pid"]) for row in fleet.status(live_stack) if row["pid"]}  # type: ignore[call-overload]
+    rows = fleet.status(live_stack)
+    pids = {int(row["pid"]) for row in rows if row["pid"]}  # type: ignore[call-overload]
     assert len(pids) == GATEWAYS + 2
+    pids |= {int(row["supervisor"]) for row in rows if row.get("supervisor")}  # type: ignore[call-overload]
     for host in hosts:  # the gateways' workers too: every process inside the namespaces
         inside = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True)
         pids |= {int(pid) for pid in inside.stdout.split()}
