@@ -233,6 +233,10 @@ class Settings:
     # restarted one still accepts them). Empty: a key derived from admin_token (a secret every
     # deployment already sets, gateway/auth.py), so turning the room on needs no new secret.
     # The frontier is advanced and broadcast every tick.
+    # The path prefixes the balancer's public listener forwards; anything else it answers 404
+    # NOT_FOUND itself ("/" forwards every route). Operators reach /admin, /vouchers and
+    # /metrics through the fleet's operator listener (balancer port + 1, loopback only).
+    edge_public_prefixes: tuple[str, ...] = ("/api/flash-sales/",)
     waiting_room_secret: str = ""
     waiting_room_tick_ms: int = 100
     waiting_room_rate_per_s: int = 500  # admissions per second of a sale that names none
