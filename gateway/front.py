@@ -13,9 +13,10 @@ from starlette.applications import Starlette
 
 from gateway.admission import OVERLOADED_BODY, OVERLOADED_START, Admission
 from gateway.body_deadline import with_deadline
+from gateway.errors import MethodNotAllowed
 from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, QUEUE_PREFIX, QUEUE_SUFFIX, UNGATED
 from gateway.purchase import PurchaseHandler
-from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS
+from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, render
 from gateway.waiting_room.poll import PollHandler
 
 # The flag's answer as ready-made ASGI messages (a server only reads them).
@@ -55,7 +56,7 @@ class FlashSaleApp:
                 return
             if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
                 if scope["method"] != "POST":
-                    await self.inner(scope, receive, send)
+                    await _not_allowed(send)
                     return
                 if self.purchase is None:
                     raise RuntimeError("purchase route called before start-up")
@@ -74,3 +75,16 @@ class FlashSaleApp:
             if scope["method"] in _BODY_METHODS:
                 receive = with_deadline(receive, self.body_timeout_s)
         await self.inner(scope, receive, send)
+
+
+async def _not_allowed(send: Any) -> None:
+    """The purchase route takes only POST: 405 with Allow, as every other route answers."""
+    status, headers, body = render(MethodNotAllowed())
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*headers, (b"allow", b"POST")],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

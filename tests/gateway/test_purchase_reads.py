@@ -93,3 +93,16 @@ async def test_concurrent_misses_of_one_key_share_one_read() -> None:
     found = await asyncio.gather(*waiting)
     assert found == [_Row("known")] * 50 + [None] * 50
     assert pool.reads == 2
+
+
+@pytest.mark.integration
+async def test_another_method_on_the_purchase_route_is_405_with_allow(gateway: str) -> None:
+    async with aiohttp.ClientSession(gateway) as http:
+        before = await _reads(http)
+        for method in ("PUT", "GET", "DELETE", "PATCH"):
+            path = "/api/flash-sales/items/1/purchase"
+            async with http.request(method, path) as response:
+                assert response.status == 405, method
+                assert response.headers["Allow"] == "POST"
+                assert await response.json() == {"error": "METHOD_NOT_ALLOWED"}
+        assert await _reads(http) == before
