@@ -73,7 +73,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("response: build", ("gateway/responses.py",)),
     ("periodic tasks", ("kernel/periodic.py", "catalog.py", "gateway/outbox.py", "admission.py")),
     ("purchase handler (own code)", ("gateway/purchase.py", "gateway/handoff.py", "items.py")),
-    ("app front + route stats", ("gateway/app.py", "gateway/asgi.py", "gateway/observed.py")),
+    ("app front + route stats", ("gateway/front.py", "gateway/asgi.py", "gateway/observed.py")),
     ("granian's Python glue", ("granian/_futures.py", "granian/asgi.py")),
     ("event loop (uvloop run, callbacks)", ("_spawn_asgi_lifespan_worker", "uvloop", "asyncio/")),
 )

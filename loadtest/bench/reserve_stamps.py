@@ -83,15 +83,15 @@ EDITS: tuple[tuple[str, str, str], ...] = (
         "        metrics.RESERVATION_SECONDS.observe(",
     ),
     (
-        "gateway/app.py",
-        "            if path not in _UNGATED and not self.admission.admit():\n",
+        "gateway/front.py",
+        "            if path not in UNGATED and not self.admission.admit():\n",
         "            from kernel import stagetimes as _st\n"
         '            _st.add("loop turn age at arrival", time.monotonic()'
         " - self.admission.turn_started)\n"
-        "            if path not in _UNGATED and not self.admission.admit():\n",
+        "            if path not in UNGATED and not self.admission.admit():\n",
     ),
     (
-        "gateway/app.py",
+        "gateway/front.py",
         "from __future__ import annotations\n",
         "from __future__ import annotations\nimport time\n",
     ),

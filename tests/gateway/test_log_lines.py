@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from starlette.requests import Request
 from starlette.responses import Response
 
-from gateway.app import dependency_error, internal_error
+from gateway.exception_map import dependency_error, internal_error
 
 Handler = Callable[[Request, Exception], Coroutine[Any, Any, Response]]
 
@@ -40,7 +40,7 @@ _FORGERY = "/x\r\n2026-01-01 00:00:00,000 1 gateway.app INFO admin logged in\x1b
 
 @pytest.mark.parametrize("handler", [dependency_error, internal_error])
 def test_a_forged_line_stays_on_its_own(handler: Handler, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="gateway.app"):
+    with caplog.at_level(logging.WARNING, logger="gateway.exception_map"):
         response = asyncio.run(handler(_request(_FORGERY), OSError("reset\nby peer")))
     assert response.status_code in (500, 503)
     [record] = caplog.records
@@ -61,7 +61,7 @@ class _Kept(logging.Handler):
 @settings(max_examples=200, deadline=None)
 @given(path=st.text(max_size=60))
 def test_any_path_is_one_printable_line(path: str) -> None:
-    logger = logging.getLogger("gateway.app")
+    logger = logging.getLogger("gateway.exception_map")
     kept = _Kept()
     logger.addHandler(kept)
     try:

@@ -29,7 +29,7 @@ def test_summary_gives_count_mean_and_percentiles_in_ms() -> None:
 @pytest.mark.timeout(60)
 def test_the_stamps_apply_to_the_current_code_and_it_still_imports(tmp_path: Path) -> None:
     copy = stamp(PROJECT_ROOT, tmp_path / "stamped", stamps_dir=tmp_path)
-    modules = "gateway.purchase, gateway.app, gateway.producer, shard_router.autopipeline"
+    modules = "gateway.purchase, gateway.front, gateway.producer, shard_router.autopipeline"
     done = subprocess.run(
         [sys.executable, "-c", f"import {modules}; from kernel import stagetimes"],
         cwd=copy,
