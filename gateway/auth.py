@@ -130,11 +130,16 @@ def sign_token(
 
 # The settings that hold secrets, and when each one is in use.
 _SECRETS = ("jwt_secret", "admin_token", "service_token")
+# RFC 7518 section 3.2: an HMAC key at least as long as the hash's output.
+_HMAC_KEY_BYTES = {"HS256": 32, "HS384": 48, "HS512": 64}
+# A bearer token is compared whole, so only its length stands between it and a guesser.
+MIN_TOKEN_BYTES = 32
 
 
 def refuse_dev_secrets(cfg: Settings) -> None:
     """Exit (one line, naming the variables to set) when a secret is empty, or outside the
-    local stack still the public development default of kernel/settings.py."""
+    local stack still the public development default of kernel/settings.py, too short, or the
+    admin token is the service token."""
     defaults = Settings()
     in_use = [n for n in _SECRETS if n != "jwt_secret" or not cfg.jwt_public_key]
     empty = [n for n in in_use if not getattr(cfg, n)]
@@ -147,6 +152,34 @@ def refuse_dev_secrets(cfg: Settings) -> None:
             f"{'default' if len(public) == 1 else 'defaults'} (FLASHSALE_ENV={cfg.env}); set "
             "secrets of your own, or FLASHSALE_ENV=local on the local stack"
         )
+    weak = [] if cfg.env == "local" else weak_secrets(cfg)
+    if weak:
+        raise SystemExit(f"refusing to start: {'; '.join(weak)} (FLASHSALE_ENV={cfg.env})")
+
+
+def weak_secrets(cfg: Settings) -> list[str]:
+    """What makes the configured secrets guessable or interchangeable, naming each variable."""
+    found = []
+    if not cfg.jwt_public_key:
+        hs = [a for a in cfg.jwt_algorithms if a in _HMAC_KEY_BYTES]
+        need = max((_HMAC_KEY_BYTES[a] for a in hs), default=_HMAC_KEY_BYTES["HS256"])
+        size = len(cfg.jwt_secret.encode())
+        if size < need:
+            found.append(
+                f"{PREFIX}JWT_SECRET is {size} bytes, {'/'.join(hs) or 'HS256'} needs {need}"
+            )
+    tokens = {"admin_token": cfg.admin_token, "service_token": cfg.service_token}
+    if cfg.waiting_room_secret:  # empty: derived from the admin token
+        tokens["waiting_room_secret"] = cfg.waiting_room_secret
+    for name, value in tokens.items():
+        if len(value.encode()) < MIN_TOKEN_BYTES:
+            found.append(
+                f"{PREFIX}{name.upper()} is {len(value.encode())} bytes, at least "
+                f"{MIN_TOKEN_BYTES} needed"
+            )
+    if cfg.admin_token == cfg.service_token:  # a voucher caller could then run the sales
+        found.append(f"{PREFIX}ADMIN_TOKEN and {PREFIX}SERVICE_TOKEN are the same")
+    return found
 
 
 def _listed(settings: list[str], one: str, many: str) -> str:

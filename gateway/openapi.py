@@ -36,6 +36,7 @@ _BAD_BODY = ("INVALID_REQUEST", "BODY_TOO_LARGE")
 # (gateway/body_deadline.py).
 _SHED: Errors = {503: ("OVERLOADED",)}
 _SLOW_BODY: Errors = {408: ("REQUEST_TIMEOUT",)}
+_BEARER_LIMITED = ("admin", "service")  # the shared-secret schemes of _SECURITY
 
 
 @dataclass(frozen=True)
@@ -398,7 +399,9 @@ def _operation(op: Operation) -> dict[str, Any]:
         spec["security"] = [{op.auth: []}]
     responses = {str(op.ok[0]): _success(op)}
     shed = {} if op.path in UNGATED else _SHED
-    errors = _merged(op.errors, shed, _SLOW_BODY if op.body is not None else {})
+    # An address past its burst of wrong tokens (gateway/requests.py require_bearer).
+    guessed = _LIMITED if op.auth in _BEARER_LIMITED else {}
+    errors = _merged(op.errors, shed, guessed, _SLOW_BODY if op.body is not None else {})
     responses |= {str(s): _error(s, codes) for s, codes in sorted(errors.items())}
     spec["responses"] = responses
     return spec

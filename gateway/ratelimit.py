@@ -19,9 +19,17 @@ class TokenBuckets:
         self.max_keys = max_keys
         self._buckets: dict[object, tuple[float, float]] = {}
 
-    def take(self, key: object, now: float) -> float:
+    def _level(self, key: object, now: float) -> float:
         tokens, last = self._buckets.get(key, (self.burst, now))
-        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        return min(self.burst, tokens + (now - last) * self.rate)
+
+    def waiting(self, key: object, now: float) -> float:
+        """What ``take`` would answer, without taking a token."""
+        tokens = self._level(key, now)
+        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self.rate
+
+    def take(self, key: object, now: float) -> float:
+        tokens = self._level(key, now)
         if tokens < 1.0:
             self._buckets[key] = (tokens, now)
             return (1.0 - tokens) / self.rate
@@ -56,6 +64,8 @@ class RouteLimits:
         self.ops = TokenBuckets(cfg.ops_rate_per_s, cfg.ops_burst)
         # A sale's waiting room: joins and polls per buyer (gateway/waiting_room/join.py, poll.py).
         self.queue = TokenBuckets(cfg.waiting_room_buyer_rate_per_s, cfg.waiting_room_buyer_burst)
+        # Wrong admin and service tokens, per address (gateway/requests.py require_bearer).
+        self.auth_failures = TokenBuckets(cfg.auth_failure_rate_per_s, cfg.auth_failure_burst)
 
 
 def retry_after_seconds(wait: float) -> int:

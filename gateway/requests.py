@@ -4,6 +4,7 @@ path parameters and JSON bodies."""
 from __future__ import annotations
 
 import hmac
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -11,7 +12,8 @@ import msgspec
 from starlette.requests import Request
 
 from domain.vouchers import valid_code
-from gateway.errors import BadRequest, NotFound, Unauthorized
+from gateway.errors import BadRequest, NotFound, RateLimited, Unauthorized
+from gateway.ratelimit import retry_after_seconds
 from gateway.services import Services
 
 T = TypeVar("T")
@@ -23,9 +25,22 @@ def services(request: Request) -> Services:
 
 
 def require_bearer(request: Request, token: str) -> Services:
-    """The process's services, once the request carries ``Authorization: Bearer <token>``."""
-    header = request.headers.get("authorization", "")
+    """The process's services, once the request carries ``Authorization: Bearer <token>``.
+
+    Each wrong credential takes one of its client address's failure tokens; an address with
+    none left is answered 429 before its credential is compared, so a right guess then tells
+    it nothing. A request without credentials guesses nothing and is a plain 401."""
+    header = request.headers.get("authorization")
+    if header is None:
+        raise Unauthorized()
+    state = request.app.state
+    failures, address = state.limits.auth_failures, state.client_address.of(request.scope)
+    now = time.monotonic()
+    wait = failures.waiting(address, now)
+    if wait:
+        raise RateLimited(retry_after=retry_after_seconds(wait))
     if not hmac.compare_digest(header.encode(), f"Bearer {token}".encode()):
+        failures.take(address, now)
         raise Unauthorized()
     return services(request)
 

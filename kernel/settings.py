@@ -7,12 +7,16 @@ Kafka or PostgreSQL on the default ports.
 
 from __future__ import annotations
 
+import difflib
 import functools
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Annotated, Any, get_type_hints
+
+import msgspec
 
 from kernel.resources import default_state_dir
 
@@ -164,6 +168,11 @@ class Settings:
     order_burst: float = 20.0
     ops_rate_per_s: float = 10.0
     ops_burst: float = 50.0
+    # A wrong admin or service token (a bearer presented that is not the one configured) takes
+    # one of these per client address; with none left the address gets 429 for every admin and
+    # voucher call, right token or not, so guessing is throttled to the rate.
+    auth_failure_rate_per_s: float = 0.2
+    auth_failure_burst: float = 10.0
     # Peers (CIDRs) whose X-Forwarded-For names the client; anyone else's is ignored.
     trusted_proxies: tuple[str, ...] = ()
 
@@ -271,8 +280,134 @@ def _coerce(raw: str, kind: Any) -> Any:
     return raw
 
 
+# The ranges, checked once at start (``problems``) with msgspec's constraints. By name: ports,
+# durations (``_ms``, ``_seconds``, ``_s``: never negative), and every other number at least 0;
+# these must be more than 0 (sizes, counts, rates, the periods of loops).
+_PORT = msgspec.Meta(ge=1, le=65535)
+_PORT_OR_CHOICE = msgspec.Meta(ge=-1, le=65535)  # 0 picks a free port, -1 serves none
+_AT_LEAST_0 = msgspec.Meta(ge=0)
+_MORE_THAN_0 = msgspec.Meta(gt=0)
+_AT_LEAST_1 = msgspec.Meta(ge=1)  # a bucket's burst: below one token nothing ever passes
+_RANGES: dict[str, msgspec.Meta] = {
+    "writer_metrics_port": _PORT_OR_CHOICE,
+    "reconcile_metrics_port": _PORT_OR_CHOICE,
+    **dict.fromkeys(
+        (
+            "orders_partitions",
+            "vouchers_partitions",
+            "kafka_brokers",
+            "redis_failover_refusals",
+            "redis_failover_probe_ms",
+            "redis_timeout_ms",
+            "kafka_timeout_ms",
+            "kafka_health_interval_ms",
+            "jwt_cache_size",
+            "gateway_workers",
+            "inflight_cap",
+            "gateway_max_connections",
+            "gateway_backlog",
+            "gateway_header_timeout_ms",
+            "body_timeout_ms",
+            "admission_interval_ms",
+            "outbox_relay_interval_ms",
+            "outbox_relay_scan_budget",
+            "writer_batch_size",
+            "expiry_interval_ms",
+            "voucher_hold_seconds",
+            "scrape_interval_s",
+            "fleet_resync_ms",
+            "edge_server_maxconn",
+            "edge_queue_timeout_ms",
+            "edge_maxconn",
+            "waiting_room_tick_ms",
+            "waiting_room_rate_per_s",
+            "waiting_room_admission_s",
+            "waiting_room_max_retry_after_s",
+            "user_rate_per_s",
+            "ip_rate_per_s",
+            "order_rate_per_s",
+            "ops_rate_per_s",
+            "waiting_room_buyer_rate_per_s",
+            "auth_failure_rate_per_s",
+            "borrow_lease_ms",
+        ),
+        _MORE_THAN_0,
+    ),
+    **dict.fromkeys(
+        (
+            "user_burst",
+            "ip_burst",
+            "order_burst",
+            "ops_burst",
+            "waiting_room_buyer_burst",
+            "auth_failure_burst",
+        ),
+        _AT_LEAST_1,
+    ),
+}
+_LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+# Namespaces under the prefix that are not settings: the locustfile's own options.
+_NOT_SETTINGS = (PREFIX + "LOAD_",)
+_log = logging.getLogger(__name__)
+
+
+def _range(name: str, value: object) -> msgspec.Meta | None:
+    if name in _RANGES:
+        return _RANGES[name]
+    if name.endswith("_port"):
+        return _PORT
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return _AT_LEAST_0
+    return None
+
+
+def _env_name(name: str) -> str:
+    return PREFIX + name.upper()
+
+
+def problems(cfg: Settings) -> list[str]:
+    """Every range and cross-field rule ``cfg`` breaks, each naming its variable."""
+    found = []
+    for f in fields(Settings):
+        value = getattr(cfg, f.name)
+        meta = _range(f.name, value)
+        if meta is None:
+            continue
+        try:
+            msgspec.convert(value, Annotated[type(value), meta])
+        except msgspec.ValidationError as exc:
+            found.append(f"{_env_name(f.name)}={value!r}: {exc}")
+    if cfg.redis_wait_replicas and cfg.redis_wait_timeout_ms >= cfg.redis_timeout_ms:
+        found.append(
+            f"{_env_name('redis_wait_timeout_ms')}={cfg.redis_wait_timeout_ms}: must be less "
+            f"than {_env_name('redis_timeout_ms')}={cfg.redis_timeout_ms} (the batch's deadline)"
+        )
+    if not cfg.jwt_algorithms:
+        found.append(f"{_env_name('jwt_algorithms')}: empty; name at least one")
+    if cfg.log_level.upper() not in _LOG_LEVELS:
+        found.append(f"{_env_name('log_level')}={cfg.log_level!r}: one of {', '.join(_LOG_LEVELS)}")
+    return found
+
+
+def unknown_variables(env: Mapping[str, str]) -> list[str]:
+    """One warning per ``FLASHSALE_*`` variable that names no setting, with the closest one."""
+    known = [f.name for f in fields(Settings)]
+    warnings = []
+    for name in sorted(env):
+        if not name.startswith(PREFIX) or name.startswith(_NOT_SETTINGS):
+            continue
+        setting = name.removeprefix(PREFIX).lower()
+        if setting in known and name == _env_name(setting):
+            continue
+        close = difflib.get_close_matches(setting, known, n=1)  # not the prefix all share
+        hint = f"; did you mean {_env_name(close[0])}?" if close else ""
+        warnings.append(f"{name} is not a setting and is ignored{hint}")
+    return warnings
+
+
 def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
-    """Build settings from an environment mapping; a bad value fails loudly at start-up."""
+    """Build settings from an environment mapping, checked once: a bad value or a broken rule
+    fails loudly at start-up (one line naming each variable), an unknown name is a warning."""
     env = os.environ if environ is None else environ
     hints = get_type_hints(Settings)
     values: dict[str, Any] = {}
@@ -284,7 +419,13 @@ def load_settings(environ: Mapping[str, str] | None = None) -> Settings:
             values[f.name] = _coerce(raw, hints[f.name])
         except ValueError as exc:
             raise SystemExit(f"invalid {PREFIX}{f.name.upper()}={raw!r}: {exc}") from exc
-    return Settings(**values)
+    for warning in unknown_variables(env):
+        _log.warning("%s", warning)
+    cfg = Settings(**values)
+    broken = problems(cfg)
+    if broken:
+        raise SystemExit("invalid settings: " + "; ".join(broken))
+    return cfg
 
 
 @functools.cache
