@@ -78,8 +78,8 @@ class OrderProducer:
         self.available = True  # until the first probe round says otherwise: readiness checks it
         self._watch: asyncio.Task[None] | None = None
         self._last_listed: dict[str, Any] = {}  # topic → its last metadata answer
-        # Futures in send order with their deadlines: one sweep per poll, no timer per message.
-        self._waiting: collections.deque[tuple[float, asyncio.Future[None]]] = collections.deque()
+        # Sends in the order of their deadlines: one sweep per poll, no timer per message.
+        self._waiting: collections.deque[_Send] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._tick: asyncio.TimerHandle | None = None
@@ -114,15 +114,23 @@ class OrderProducer:
         states are no substitute: it connects only to the leaders it needs, so a broker that
         came back is never seen "up". A probe answers both ways within the health interval."""
         in_sync = True
+        lost: dict[str, set[int]] = {}  # topic → partitions writable last round, no longer
         for topic in self._topics:
             listed = self._last_listed[topic]
             partitions = listed.topics[topic].partitions
             usable = [
                 n for n, p in sorted(partitions.items()) if _writable(p, answered, self._min_insync)
             ]
+            if gone := set(self._usable.get(topic, ())) - set(usable):
+                lost[topic] = gone
+                sticky = self._sticky.get(topic)
+                if sticky is not None and sticky[0] in gone:
+                    del self._sticky[topic]
             self._usable[topic] = usable
             # Sends go to writable partitions only (partition()): one is enough to sell.
             in_sync = in_sync and bool(usable)
+        if lost and self._waiting:
+            self._send_again(lost)
         return in_sync
 
     def partition(self, topic: str, now: float) -> int:
@@ -183,23 +191,47 @@ class OrderProducer:
 
     async def send(self, topic: str, key: bytes, value: bytes) -> None:
         loop = self._loop or self._bind(asyncio.get_running_loop())
-        future: asyncio.Future[None] = loop.create_future()
         now = loop.time()
+        partition = self.partition(topic, now)
+        # librdkafka reports a failure by message.timeout.ms; the sweep is the backstop.
+        sent = _Send(loop.create_future(), topic, partition, key, value, now + self.timeout_s + 0.5)
         try:
             self._producer.produce(
-                topic,
-                value,
-                key,
-                partition=self.partition(topic, now),
-                on_delivery=partial(self._delivered, future),
+                topic, value, key, partition=partition, on_delivery=partial(self._delivered, sent)
             )
         except (BufferError, KafkaException) as exc:
             raise NeverSent(str(exc)) from exc
-        # librdkafka reports a failure by message.timeout.ms; the sweep is the backstop.
-        self._waiting.append((now + self.timeout_s + 0.5, future))
+        self._waiting.append(sent)
         if self._tick is None or self._tick.when() > now + _BUSY_POLL_S:
             self._schedule(loop, _BUSY_POLL_S)
-        await future
+        await sent.future
+
+    def _send_again(self, lost: dict[str, set[int]]) -> None:
+        """Sends awaiting a partition that just lost its leader or its replicas (a hang or a
+        crash the round found after they went out) get a copy on a writable one, which answers
+        for them once the controller has moved the gone broker out of its ISR (the fencing,
+        ~3 s), where the first copy would wait for a leader that no longer answers. Under the
+        first copy's deadline still. Both may be stored; the writer keeps one per orderId."""
+        assert self._loop is not None
+        now = self._loop.time()
+        for sent in list(self._waiting):
+            if sent.future.done() or sent.partition not in lost.get(sent.topic, ()):
+                continue
+            partition = self.partition(sent.topic, now)
+            if partition < 0:
+                continue
+            try:
+                self._producer.produce(
+                    sent.topic,
+                    sent.value,
+                    sent.key,
+                    partition=partition,
+                    on_delivery=partial(self._delivered, sent),
+                )
+            except (BufferError, KafkaException):
+                continue  # the first copy still stands
+            sent.copies += 1
+            sent.partition = partition  # its deadline stays: a buyer never waits longer
 
     def start(self) -> None:
         """Serve librdkafka's events from now on (not from the first send), so broker states
@@ -228,16 +260,15 @@ class OrderProducer:
         assert self._loop is not None
         now = self._loop.time()
         waiting = self._waiting
-        while waiting and (waiting[0][1].done() or waiting[0][0] <= now):
-            _, future = waiting.popleft()
-            _settle(future, "no delivery report before the deadline")
+        while waiting and (waiting[0].future.done() or waiting[0].deadline <= now):
+            _settle(waiting.popleft().future, "no delivery report before the deadline")
         self._schedule(self._loop, _BUSY_POLL_S if waiting else _IDLE_POLL_S)
 
-    def _delivered(self, future: asyncio.Future[None], err: Any, _msg: Any) -> None:
+    def _delivered(self, sent: _Send, err: Any, _msg: Any) -> None:
         if threading.get_ident() == self._loop_thread:
-            _settle(future, err)
+            sent.reported(err)
         elif self._loop is not None:  # flush() at close runs callbacks on its own thread
-            self._loop.call_soon_threadsafe(_settle, future, err)
+            self._loop.call_soon_threadsafe(sent.reported, err)
 
     async def reachable(self, timeout_s: float = 1.0) -> bool:
         """Can we reach a broker? Asked on a worker thread: it may block for ``timeout_s``."""
@@ -256,6 +287,36 @@ class OrderProducer:
             self._tick.cancel()
             self._tick = None
         await asyncio.to_thread(self._producer.flush, timeout_s)
+
+
+class _Send:
+    """One message awaiting its acknowledgement, and how many of its copies are unreported."""
+
+    __slots__ = ("copies", "deadline", "future", "key", "partition", "topic", "value")
+
+    def __init__(
+        self,
+        future: asyncio.Future[None],
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes,
+        deadline: float,
+    ) -> None:
+        self.future = future
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+        self.deadline = deadline
+        self.copies = 1
+
+    def reported(self, err: Any) -> None:
+        """One copy's delivery report: the first acknowledgement answers; a failure does only
+        once no other copy may still be acknowledged."""
+        self.copies -= 1
+        if err is None or self.copies <= 0:
+            _settle(self.future, err)
 
 
 def _writable(p: Any, answered: dict[int, bool], min_insync: int) -> bool:

@@ -8,10 +8,12 @@ import asyncio
 import dataclasses
 import uuid
 from types import SimpleNamespace
+from typing import Any
 
+import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from gateway.producer import OrderProducer
+from gateway.producer import OrderProducer, OutcomeUnknown
 from kernel.settings import Settings
 
 
@@ -83,3 +85,50 @@ async def test_the_broker_acknowledges_a_producer_with_a_chosen_partition(
             await producer.close()
     finally:
         admin.delete_topics([topic])[topic].exception(timeout=30)
+
+
+class _Recorder:
+    """librdkafka's produce, recorded: (partition, on_delivery) of each copy."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, Any]] = []
+
+    def produce(self, *_args: object, partition: int, on_delivery: Any) -> None:
+        self.sent.append((partition, on_delivery))
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
+async def test_a_send_to_a_partition_that_lost_its_leader_gets_a_copy_that_answers() -> None:
+    """Sent before the round saw its leader hang: a copy goes to a writable partition, the
+    first copy's timeout no longer answers, the copy's acknowledgement does."""
+    cfg = Settings(env="local", kafka_linger_ms=5)
+    topics = (cfg.orders_topic, cfg.vouchers_topic)
+    producer = _judged(cfg, _metadata(topics, {0: 1, 1: 2}))
+    recorder = _Recorder()
+    producer._producer = recorder  # type: ignore[assignment]
+    for outcome in (None, "timed out"):
+        recorder.sent.clear()
+        producer._sticky.clear()
+        producer._judge({1: True, 2: True, 3: True})
+        while producer.partition(cfg.orders_topic, asyncio.get_running_loop().time()) != 0:
+            producer._sticky.clear()  # until the sticky partition is the one broker 1 leads
+        sending = asyncio.ensure_future(producer.send(cfg.orders_topic, b"k", b"v"))
+        await asyncio.sleep(0)
+        assert [p for p, _ in recorder.sent] == [0]
+        producer._judge({1: False, 2: True, 3: True})  # broker 1 stopped answering
+        assert [p for p, _ in recorder.sent] == [0, 1]
+        recorder.sent[0][1]("message timed out", None)  # the first copy's report
+        await asyncio.sleep(0)
+        assert not sending.done()
+        recorder.sent[1][1](outcome, None)
+        if outcome is None:
+            await asyncio.wait_for(sending, 1)
+        else:
+            with pytest.raises(OutcomeUnknown):
+                await asyncio.wait_for(sending, 1)
+    await producer.close(0.1)

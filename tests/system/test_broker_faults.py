@@ -278,8 +278,12 @@ def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
     # Resumed, the brokers answer again and the sale goes on.
     after = [a for a in answers if a.due_s >= resumed_at and a.status == 202]
     assert after, "no purchase succeeded after the brokers resumed"
+    # The gate open again: no Kafka refusal late on (admission may still shed a starved box).
     late = [a for a in answers if a.due_s >= duration - 5]
-    assert late and all(a.status == 202 for a in late), Counter(a.label for a in late)
+    assert late and not [a for a in late if a.label == "503 UNAVAILABLE"], Counter(
+        a.label for a in late
+    )
+    assert any(a.status == 202 for a in late)
     accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
     checks = check_invariants(cfg3, [item_id], accepted)
     assert all(c.passed for c in checks), render(checks)
@@ -298,11 +302,12 @@ def test_one_broker_hung_of_three_changes_nothing_for_buyers(
             load.sleep_until(5 + HUNG_S)
     finally:
         answers = load.result()
+    refused = [(round(a.due_s, 2), a.label, bool(a.order_id)) for a in answers if a.status != 202]
     print(
         f"\nROW one broker (node {victim.node_id}) hung {HUNG_S:.0f}s:"
         f" {Counter(a.label for a in answers)},"
         f" slowest {max(a.latency_s for a in answers):.2f}s;"
-        f" refused {[(round(a.due_s, 2), a.label, a.order_id is not None) for a in answers if a.status != 202][:40]}"
+        f" first refusals (due, status, held) {refused[:10]}"
     )
     assert {a.status for a in answers} <= {202, 410}, Counter(a.label for a in answers)
     accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
