@@ -52,7 +52,8 @@ class HandOff(Generic[K, C]):
             try:
                 await self._give_back(place, order_id, context)
             except ShardUnavailable:
-                pass  # the hold stays in the outbox; the relay sends it later
+                # The hold stays, and the relay sends its outbox entry later: the buyer's order.
+                raise Unavailable(orderId=order_id) from None
             raise Unavailable() from None
         except OutcomeUnknown as exc:
             log.warning("%s %s outcome unknown: %s", self._what, order_id, exc)

@@ -37,6 +37,7 @@ from kernel.events import OrderPlaced, encode
 from kernel.failpoints import failpoint
 from kernel.ids import new_order_id
 from shard_router import Outcome, ShardUnavailable, home_shard
+from shard_router.reserving import UnitMayBeHeld
 from shard_router.stock_events import publish
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,11 @@ class PurchaseHandler:
             reservation = await self.s.router.reserve(
                 item.id, item.shards, user_id, order_id, payload_for
             )
+        except UnitMayBeHeld as exc:
+            # The unit may be held under this orderId (and its order on the way to Kafka): the
+            # buyer learns it now, not from a retry the sold-out flag may answer first.
+            log.warning("reserve of item %s: %s", item.id, exc)
+            raise Unavailable(orderId=exc.order_id) from None
         except ShardUnavailable as exc:
             log.warning("reserve of item %s: %s", item.id, exc)
             raise Unavailable() from None

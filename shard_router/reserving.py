@@ -38,6 +38,16 @@ class Outcome(enum.Enum):
     SOLD_OUT = "SOLD_OUT"  # every shard of the item is empty (each one loaded and at 0)
 
 
+class UnitMayBeHeld(ShardUnavailable):
+    """Redis did not confirm a call that takes a unit (a missed deadline, a replica that did not
+    confirm within the WAIT): it may have run, and then the unit is held under ``order_id`` and
+    its outbox entry goes to Kafka. The buyer's 503 names that orderId."""
+
+    def __init__(self, cause: ShardUnavailable, order_id: str) -> None:
+        super().__init__(cause.node, cause.reason)
+        self.order_id = order_id
+
+
 class ShardNotLoaded(ShardUnavailable):
     """A shard's stock key is missing (never loaded, or the node lost it: restarted empty, or a
     replica promoted before it had the load). Its stock is unknown, never 0: a 503, and never a
@@ -85,7 +95,10 @@ class Reserver:
         args: list[Any] = [user_id, order_id, payload_for(home)]
         if shards > 1:
             args.append(self._lease_ms)  # an empty home shard writes the pending borrow
-        reply = await self._pipeline.call(scripts.RESERVE, list(keys), args)
+        try:
+            reply = await self._pipeline.call(scripts.RESERVE, list(keys), args)
+        except ShardUnavailable as exc:
+            raise UnitMayBeHeld(exc, order_id) from None
         if reply[0] == 0:
             return Reservation(Outcome.RESERVED, order_id, home, int(reply[1]))
         attempt = _Attempt(item_id, shards, home, user_id, order_id, payload_for, args)
@@ -115,10 +128,10 @@ class Reserver:
             if age_ms >= self._lease_ms:
                 # Lease over, no unit anywhere, and borrow.lua lends it none from now on.
                 replace = [*a.args[:3], self._lease_ms, pending]
-                reply = await self._pipeline.call(scripts.RESERVE, keys, replace)
+                reply = await self._taking(a.order_id, scripts.RESERVE, keys, replace)
             else:
                 await asyncio.sleep(_PENDING_POLL_S)  # its borrow may still be under way
-                reply = await self._pipeline.call(scripts.RESERVE, keys, a.args)
+                reply = await self._taking(a.order_id, scripts.RESERVE, keys, a.args)
         raise ShardUnavailable(
             self._pipeline.node_of(keys[0]), "a borrow of this buyer is unfinished"
         )
@@ -133,7 +146,7 @@ class Reserver:
         )
         if not any(held):
             return None
-        reply = await self._pipeline.call(scripts.CLAIM, [a.buyers], [a.user_id, pending])
+        reply = await self._taking(pending, scripts.CLAIM, [a.buyers], [a.user_id, pending])
         if reply[0] in (0, 1):
             return Reservation(Outcome.ALREADY, pending)
         if reply[0] == 2:
@@ -146,7 +159,8 @@ class Reserver:
         unloaded: str | None = None
         for donor in borrow_order(a.home, a.shards):
             keys = shard_keys(a.item_id, donor)
-            reply = await self._pipeline.call(
+            reply = await self._taking(
+                a.order_id,
                 scripts.BORROW,
                 [keys.stock, keys.orders, keys.outbox],
                 [a.user_id, a.order_id, a.payload_for(donor), not_after_ms],
@@ -167,16 +181,28 @@ class Reserver:
         return Reservation(Outcome.SOLD_OUT, a.order_id)
 
     async def _claim(self, a: _Attempt, donor: int, took_now: bool, left: int) -> Reservation:
-        reply = await self._pipeline.call(scripts.CLAIM, [a.buyers], [a.user_id, a.order_id])
+        reply = await self._taking(a.order_id, scripts.CLAIM, [a.buyers], [a.user_id, a.order_id])
         if reply[0] in (0, 1):  # 1: a retry of the buyer's found this unit and claimed it first
             outcome = Outcome.RESERVED if took_now else Outcome.REPLAY
             return Reservation(outcome, a.order_id, donor, left)
         # A double click won the home shard meanwhile, or a retry replaced this borrow once its
         # lease was over: hand the borrowed unit back.
-        await self.release_unit(a.item_id, donor, a.order_id)
+        try:
+            await self.release_unit(a.item_id, donor, a.order_id)
+        except ShardUnavailable as exc:
+            raise UnitMayBeHeld(exc, a.order_id) from None
         if reply[0] == 2:
             return Reservation(Outcome.ALREADY, reply[1].decode())
         raise ShardUnavailable(self._pipeline.node_of(a.buyers), "the buyer's borrow was replaced")
+
+    async def _taking(
+        self, order_id: str, script: scripts.Script, keys: list[str], args: list[Any]
+    ) -> Any:
+        """A call that may take (or keep) a unit under ``order_id``."""
+        try:
+            return await self._pipeline.call(script, keys, args)
+        except ShardUnavailable as exc:
+            raise UnitMayBeHeld(exc, order_id) from None
 
     async def _forget(self, a: _Attempt) -> None:
         """No shard lent a unit: drop the pending borrow so the buyer's next try starts afresh.
