@@ -149,14 +149,16 @@ EDITS: tuple[tuple[str, str, str], ...] = (
     ("gateway/producer.py", "import threading\n", "import threading\nimport time\n" + _S),
     (
         "gateway/producer.py",
-        "        future: asyncio.Future[None] = loop.create_future()\n",
-        "        future: asyncio.Future[None] = loop.create_future()\n"
-        "        future._p = time.perf_counter()  # type: ignore[attr-defined]\n",
+        "        sent = _Send(loop.create_future(), topic, partition, key, value,"
+        " now + self.timeout_s + 0.5)\n",
+        "        sent = _Send(loop.create_future(), topic, partition, key, value,"
+        " now + self.timeout_s + 0.5)\n"
+        "        sent.future._p = time.perf_counter()  # type: ignore[attr-defined]\n",
     ),
     (
         "gateway/producer.py",
         "        if threading.get_ident() == self._loop_thread:\n",
-        '        _st.add("kafka: produce -> report served", time.perf_counter() - future._p)\n'
+        '        _st.add("kafka: produce -> report served", time.perf_counter() - sent.future._p)\n'
         "        if threading.get_ident() == self._loop_thread:\n",
     ),
     (
