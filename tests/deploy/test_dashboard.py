@@ -5,7 +5,6 @@ their /metrics pages (and the stack's redis_exporter's) are scraped."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -92,7 +91,11 @@ def _wait_for_the_round(sale: ObservedSale) -> None:
         return f'flashsale_reconcile_holds{{item="{sale.item_id}",voucher=""}} 5.0' in page
 
     assert wait_until(reported, 60, interval=0.5), scrape(sale.jobs)
-    time.sleep(1.5)  # one relay round more on the gateway: its outbox gauge is set
+
+    def relayed() -> bool:  # the gateway's relay has run a round since: its gauge is set
+        return "flashsale_outbox_entries{" in scrape(sale.gateway)
+
+    assert wait_until(relayed, 30, interval=0.2), scrape(sale.gateway)
 
 
 def test_every_dashboard_query_reads_exported_metrics(exported_now: set[str]) -> None:
