@@ -8,10 +8,13 @@ from pathlib import Path
 
 from kernel.settings import settings
 from loadtest.capacity import k8s
+from loadtest.capacity.edge import balancer_pods
 from loadtest.capacity.manifests import Sizing
 from loadtest.capacity.model import Figures, Fleet, Target
 
 _DEFAULTS = Sizing(0, 0.0, 0.0, 0.0, 0.0, 0, 0, "")
+# Sizing's fields with a default that the planner's answer sets, not an option.
+_PLANNED = {"forwarded_share", "balancer_cores"}
 
 
 def k8s_options(parser: argparse.ArgumentParser) -> None:
@@ -32,14 +35,41 @@ def k8s_options(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--sale-end", default=d.sale_end, help="ISO 8601: scale back after it")
     group.add_argument("--prescale-lead-min", type=int, default=d.prescale_lead_min)
+    group.add_argument("--haproxy-image", default=d.haproxy_image, help="the balancers' image")
+    group.add_argument(
+        "--balancer-cores-per-pod",
+        type=int,
+        default=d.balancer_cores_per_pod,
+        help="haproxy threads (and cores requested) per balancer pod",
+    )
+    group.add_argument("--namespace", default=d.namespace, help="the namespace it all runs in")
+    group.add_argument(
+        "--pod-cidr", default=d.pod_cidr, help="the pods' addresses: the balancers' among them"
+    )
+    group.add_argument("--pg-port", type=int, default=d.pg_port, help="PostgreSQL's port")
+    group.add_argument(
+        "--monitoring",
+        action="store_true",
+        help="also a ServiceMonitor and a PrometheusRule (needs the Prometheus Operator's CRDs)",
+    )
+    group.add_argument(
+        "--monitoring-namespace", default=d.monitoring_namespace, help="Prometheus's namespace"
+    )
 
 
 def emit_k8s(
     directory: Path, fleet: Fleet, target: Target, figures: Figures, args: argparse.Namespace
 ) -> None:
     # The options are the deployment's own choices: Sizing's fields that have a default.
-    choices = {f.name: getattr(args, f.name) for f in fields(Sizing) if f.default is not MISSING}
+    choices = {
+        f.name: getattr(args, f.name)
+        for f in fields(Sizing)
+        if f.default is not MISSING and f.name not in _PLANNED
+    }
     sized = k8s.sizing(fleet, target, figures, settings().orders_partitions, **choices)
-    print(f"\nKubernetes manifests ({sized.gateway_replicas} gateways, {sized.writers} writers):")
+    print(
+        f"\nKubernetes manifests ({balancer_pods(sized)} balancers, {sized.gateway_replicas}"
+        f" gateways, {sized.writers} writers):"
+    )
     for path in k8s.write(sized, directory):
         print(f"  {path}")

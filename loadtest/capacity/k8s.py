@@ -16,9 +16,10 @@ from typing import Any
 
 import yaml
 
-from loadtest.capacity import manifests
-from loadtest.capacity.manifests import Doc, Sizing, aligned_writers
+from loadtest.capacity import edge, manifests, policies
+from loadtest.capacity.manifests import Sizing, aligned_writers
 from loadtest.capacity.model import Figures, Fleet, Target, cost_us
+from loadtest.capacity.pods import Doc
 
 SIZING = "sizing.json"
 
@@ -30,12 +31,26 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
+def _text(dumper: yaml.SafeDumper, data: str) -> yaml.ScalarNode:
+    """A file's text (haproxy.cfg, the Lua) as a literal block, readable as the file is."""
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _text)
+
+
+# A file whose builder returns nothing (monitoring, unless asked for) is not written.
 FILES: dict[str, Callable[[Sizing], list[Doc]]] = {
+    "namespace.yaml": lambda s: [policies.namespace(s)],
     "config.yaml": lambda s: [manifests.config_map(s)],
+    "balancer.yaml": edge.balancer,
     "gateway.yaml": manifests.gateway,
     "gateway-prescale.yaml": manifests.scaler,
     "writer.yaml": manifests.writer,
     "jobs.yaml": manifests.jobs,
+    "network.yaml": policies.network_policies,
+    "monitoring.yaml": lambda s: policies.monitoring(s) if s.monitoring else [],
 }
 
 
@@ -44,25 +59,36 @@ def sizing(
 ) -> Sizing:
     """The manifests' inputs from the planner's answer; ``choices`` are Sizing's own fields
     (image, addresses, sale times)."""
-    u = fleet.utilisation
-    per_request = target.sold_out_share * cost_us(figures.soldout_us, figures.soldout_us_at, u)[0]
-    per_request += (1 - target.sold_out_share) * cost_us(
-        figures.reserve_us, figures.reserve_us_at, u
-    )[0]
+    reserve = cost_us(figures.reserve_us, figures.reserve_us_at, fleet.utilisation)[0]
+    if fleet.tier is not None:
+        # The balancers answer sold out: the gateways behind them see the reserve share only.
+        t, forwarded = fleet.tier, 1 - target.sold_out_share
+        processes = t.gateway_processes
+        per_request = cost_us(figures.reserve_us, figures.reserve_us_at, t.gateway_utilisation)[0]
+        tier = f"; behind {t.balancer_cores} balancer cores answering sold out"
+    else:
+        forwarded, processes, tier = 1.0, fleet.gateway_processes, ""
+        soldout = cost_us(figures.soldout_us, figures.soldout_us_at, fleet.utilisation)[0]
+        per_request = target.sold_out_share * soldout + (1 - target.sold_out_share) * reserve
+    # The busy share of each pod's core at the planned load (processes are whole, so at most
+    # the planner's utilisation): the autoscaler's target.
+    busy = target.rps * forwarded * per_request / 1e6 / processes
     partitions = max(orders_partitions, fleet.kafka_partitions)
     return Sizing(
-        gateway_replicas=fleet.gateway_processes,
-        utilisation=u,
+        gateway_replicas=processes,
+        utilisation=round(busy, 3),
         headroom=target.headroom,
-        cpu_us_per_request=per_request,
+        cpu_us_per_request=round(per_request, 2),
         rps=target.rps,
         writers=aligned_writers(fleet.writers, partitions),
         orders_partitions=partitions,
         source=(
             f"{target.rps:,.0f} req/s, {target.sold_out_share:.0%} sold-out, {target.stock:,} units"
-            f" x {target.items} item(s), p99 <= {target.p99_ms:g} ms: {fleet.gateway_processes}"
-            f" gateways at {u:.0%} ({figures.soldout_us.source}; {figures.reserve_us.source})"
+            f" x {target.items} item(s), p99 <= {target.p99_ms:g} ms: {processes} gateways at"
+            f" {busy:.0%}{tier} ({figures.soldout_us.source}; {figures.reserve_us.source})"
         ),
+        forwarded_share=round(forwarded, 6),
+        balancer_cores=0 if fleet.tier is None else fleet.tier.balancer_cores,
         **choices,
     )
 
@@ -78,18 +104,22 @@ def _header(s: Sizing) -> str:
 
 def render(s: Sizing) -> dict[str, str]:
     """File name -> its text: every manifest file, the kustomization and sizing.json."""
+    built = {name: build(s) for name, build in FILES.items()}
     files = {
         name: _header(s)
         + "---\n".join(
-            yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100) for doc in build(s)
+            yaml.dump(doc, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
+            for doc in docs
         )
-        for name, build in FILES.items()
+        for name, docs in built.items()
+        if docs
     }
     files["kustomization.yaml"] = yaml.safe_dump(
         {
             "apiVersion": "kustomize.config.k8s.io/v1beta1",
             "kind": "Kustomization",
-            "resources": list(FILES),
+            "namespace": s.namespace,
+            "resources": list(files),
         },
         sort_keys=False,
     )
@@ -99,8 +129,11 @@ def render(s: Sizing) -> dict[str, str]:
 
 def write(s: Sizing, directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
+    rendered = render(s)
+    for name in set(FILES) - set(rendered):  # e.g. monitoring.yaml, now turned off
+        (directory / name).unlink(missing_ok=True)
     written = []
-    for name, text in render(s).items():
+    for name, text in rendered.items():
         path = directory / name
         path.write_text(text)
         written.append(path)

@@ -1,18 +1,26 @@
 """The Kubernetes objects of a fleet (loadtest/capacity/k8s.py renders them to YAML): the gateway
 (Deployment, Service, PodDisruptionBudget, HorizontalPodAutoscaler, and a CronJob that scales it
 up before the sale, since autoscaling reacts too slowly for a two-second spike, and one that lets
-it down after), the writers, the jobs, the configuration. Redis Cluster, Kafka and PostgreSQL
-are external services: their addresses are configuration, PostgreSQL's DSN a secret."""
+it down after), the writers, the jobs, the configuration; the balancer tier is
+loadtest/capacity/edge.py's, the namespace, NetworkPolicies and monitoring
+loadtest/capacity/policies.py's. Every pod is loadtest/capacity/pods.py's hardened one. Redis
+Cluster, Kafka and PostgreSQL are external services: their addresses are configuration,
+PostgreSQL's DSN a secret."""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import importlib.metadata
 import json
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
-Doc = dict[str, Any]
+from loadtest.capacity.pods import TMP, Doc, budget, deployment, meta, pod
+from loadtest.capacity.pods import labels as pod_labels
+
 CONFIG = "flashsale-config"
 SECRETS = "flashsale-secrets"  # not in the repository: deploy/k8s/README.md lists its keys
 GATEWAY = "flashsale-gateway"
@@ -20,6 +28,9 @@ SCALER = "flashsale-scaler"
 GATEWAY_PORT, WRITER_METRICS_PORT, RECONCILE_METRICS_PORT = 8088, 9108, 9109
 RECONCILE_EVERY_S = 10
 PLANNED = "capacity.flashsale/"  # annotation prefix: what the planner sized from
+MIGRATE_TTL_S = 86400  # a finished migrate Job goes a day later; applying it again re-runs it
+# The image the repository's Containerfile builds: flashsale:<the package's version>.
+IMAGE = "flashsale:" + importlib.metadata.version("flashsale-gateway")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,7 +46,18 @@ class Sizing:
     writers: int  # aligned with the partitions
     orders_partitions: int
     source: str  # which figures, which command
-    image: str = "flashsale-gateway:0.1.0"
+    # Of the offered requests, the share that reaches the gateways: 1 without a balancer tier,
+    # the reserve share with one (the balancers answer sold out from their table).
+    forwarded_share: float = 1.0
+    balancer_cores: int = 0  # the planner's balancer tier; 0: its costs never measured
+    image: str = IMAGE
+    haproxy_image: str = "docker.io/library/haproxy:2.6"  # built with Lua, as the edge needs
+    balancer_cores_per_pod: int = 2  # haproxy threads per balancer pod
+    namespace: str = "flashsale"  # the balancers find the gateways by its DNS name
+    pod_cidr: str = "10.0.0.0/8"  # the gateways believe X-Forwarded-For from these peers only
+    pg_port: int = 5432  # egress is open to the stack's ports only: Redis's, Kafka's, this
+    monitoring: bool = False  # ServiceMonitor and PrometheusRule (the Prometheus Operator's)
+    monitoring_namespace: str = "monitoring"  # where Prometheus runs: its scrapes may come in
     kubectl_image: str = "registry.k8s.io/kubectl:v1.33.0"
     redis_nodes: str = "redis-cluster:6379"
     kafka_bootstrap: str = "kafka:9092"
@@ -46,7 +68,12 @@ class Sizing:
 
     @property
     def rps_per_pod(self) -> float:
-        return self.rps / self.gateway_replicas
+        return self.rps * self.forwarded_share / self.gateway_replicas
+
+    @property
+    def max_replicas(self) -> int:
+        """The autoscaler's ceiling: twice the plan (also the balancers' server slots)."""
+        return 2 * max(self.gateway_replicas, self.idle_replicas)
 
     @property
     def max_unavailable(self) -> int:
@@ -62,20 +89,12 @@ def aligned_writers(needed: int, partitions: int) -> int:
     return next(n for n in range(max(1, needed), partitions + 1) if partitions % n == 0)
 
 
-def _meta(name: str, component: str, **extra: Any) -> Doc:
-    labels = {"app.kubernetes.io/name": "flashsale", "app.kubernetes.io/component": component}
-    return {"name": name, "labels": labels, **extra}
-
-
-def _selector(component: str) -> Doc:
-    return {"app.kubernetes.io/name": "flashsale", "app.kubernetes.io/component": component}
-
-
-def _container(name: str, s: Sizing, command: list[str], **extra: Any) -> Doc:
+def _container(name: str, s: Sizing, args: list[str], **extra: Any) -> Doc:
+    """A container of the project's image; ``args`` after its ``flashsale`` command line."""
     return {
         "name": name,
         "image": s.image,
-        "command": command,
+        "command": ["flashsale", *args],
         "envFrom": [{"configMapRef": {"name": CONFIG}}, {"secretRef": {"name": SECRETS}}],
         **extra,
     }
@@ -83,32 +102,6 @@ def _container(name: str, s: Sizing, command: list[str], **extra: Any) -> Doc:
 
 def _pod_annotations(port: int) -> Doc:
     return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port)}
-
-
-def _deployment(
-    name: str,
-    component: str,
-    replicas: int | None,
-    pod: Doc,
-    annotations: Doc | None = None,
-    **spec: Any,
-) -> Doc:
-    """``replicas`` None: the autoscaler's to set (an apply must not reset it)."""
-    template = {
-        "labels": _selector(component),
-        **({"annotations": annotations} if annotations else {}),
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": _meta(name, component),
-        "spec": {
-            **({} if replicas is None else {"replicas": replicas}),
-            "selector": {"matchLabels": _selector(component)},
-            "template": {"metadata": template, "spec": pod},
-            **spec,
-        },
-    }
 
 
 def config_map(s: Sizing) -> Doc:
@@ -127,11 +120,15 @@ def config_map(s: Sizing) -> Doc:
         # the endpoints reaching kube-proxy and the ingress (terminationGracePeriodSeconds 30
         # covers it, a request's deadline for what is in flight and the producer's flush).
         "FLASHSALE_GATEWAY_DRAIN_DELAY_MS": "6000",
+        # The root filesystem is read-only: the state directory is in the pod's /tmp emptyDir.
+        "FLASHSALE_STATE_DIR": f"{TMP}/flashsale",
+        # The balancers' pods; nothing else in the cluster reaches a gateway (NetworkPolicy).
+        "FLASHSALE_TRUSTED_PROXIES": s.pod_cidr,
     }
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _meta(CONFIG, "config"),
+        "metadata": meta(CONFIG, "config"),
         "data": data,
     }
 
@@ -142,7 +139,7 @@ def gateway(s: Sizing) -> list[Doc]:
     container = _container(
         "gateway",
         s,
-        ["python", "-m", "gateway"],
+        ["gateway"],
         ports=[{"name": "http", "containerPort": GATEWAY_PORT}],
         readinessProbe={"httpGet": {"path": "/readyz", **http}, "failureThreshold": 2, **probe},
         livenessProbe={"httpGet": {"path": "/healthz", **http}, "failureThreshold": 5, **probe},
@@ -160,34 +157,25 @@ def gateway(s: Sizing) -> list[Doc]:
         PLANNED + "planned-rps-per-pod": f"{s.rps_per_pod:.0f}",
         PLANNED + "planned-utilisation": f"{s.utilisation:.2f}",
     }
-    pod = {"terminationGracePeriodSeconds": 30, "containers": [container]}
-    deployment = _deployment(
+    spec = pod([container], terminationGracePeriodSeconds=30)
+    gateways = deployment(
         GATEWAY,
         "gateway",
         None,
-        pod,
+        spec,
         annotations,
         strategy={"rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}},
     )
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _meta(GATEWAY, "gateway"),
+        "metadata": meta(GATEWAY, "gateway"),
         "spec": {
-            "selector": _selector("gateway"),
+            "selector": pod_labels("gateway"),
             "ports": [{"name": "http", "port": 80, "targetPort": "http"}],
         },
     }
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": _meta(GATEWAY, "gateway"),
-        "spec": {
-            "maxUnavailable": s.max_unavailable,
-            "selector": {"matchLabels": _selector("gateway")},
-        },
-    }
-    return [deployment, service, budget, autoscaler(s)]
+    return [gateways, service, budget(GATEWAY, "gateway", s.max_unavailable), autoscaler(s)]
 
 
 def autoscaler(s: Sizing) -> Doc:
@@ -195,11 +183,11 @@ def autoscaler(s: Sizing) -> Doc:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(GATEWAY, "gateway"),
+        "metadata": meta(GATEWAY, "gateway"),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": GATEWAY},
             "minReplicas": s.idle_replicas,
-            "maxReplicas": 2 * max(s.gateway_replicas, s.idle_replicas),  # twice the plan
+            "maxReplicas": s.max_replicas,
             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
             "behavior": {
                 "scaleUp": {
@@ -224,36 +212,41 @@ def _scale_job(name: str, s: Sizing, replicas: int, when: dt.datetime | None, wh
         "image": s.kubectl_image,
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
     }
-    pod = {
-        "serviceAccountName": SCALER,
-        "restartPolicy": "OnFailure",
-        # The autoscaler's floor first, so it cannot scale the Deployment back down.
-        "initContainers": [
-            {
-                "name": "floor",
-                **kubectl,
-                "args": ["patch", "hpa", GATEWAY, "--type=merge", "-p", patch],
-            }
-        ],
-        "containers": [
+    spec = pod(
+        [
             {
                 "name": "scale",
                 **kubectl,
                 "args": ["scale", f"deployment/{GATEWAY}", f"--replicas={replicas}"],
             }
         ],
-    }
+        account=SCALER,
+        restartPolicy="OnFailure",
+        # The autoscaler's floor first, so it cannot scale the Deployment back down.
+        initContainers=[
+            {
+                "name": "floor",
+                **kubectl,
+                "args": ["patch", "hpa", GATEWAY, "--type=merge", "-p", patch],
+            }
+        ],
+    )
     return {
         "apiVersion": "batch/v1",
         "kind": "CronJob",
-        "metadata": _meta(name, "scaler", annotations={PLANNED + "why": why}),
+        "metadata": meta(name, "scaler", annotations={PLANNED + "why": why}),
         "spec": {
             "schedule": _cron(when) if when else "0 0 1 1 *",
             "timeZone": "Etc/UTC",
             "suspend": when is None,  # no sale time given: nothing runs until it is set
             "concurrencyPolicy": "Forbid",
             "startingDeadlineSeconds": 120,
-            "jobTemplate": {"spec": {"backoffLimit": 3, "template": {"spec": pod}}},
+            "jobTemplate": {
+                "spec": {
+                    "backoffLimit": 3,
+                    "template": {"metadata": {"labels": pod_labels("scaler")}, "spec": spec},
+                }
+            },
         },
     }
 
@@ -267,11 +260,11 @@ def scaler(s: Sizing) -> list[Doc]:
     lead = dt.timedelta(minutes=s.prescale_lead_min)
     up = start - lead if start else None
     down = end + dt.timedelta(minutes=10) if end else None
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(SCALER, "scaler")}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta(SCALER, "scaler")}
     role = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
-        "metadata": _meta(SCALER, "scaler"),
+        "metadata": meta(SCALER, "scaler"),
         "rules": [
             {
                 "apiGroups": ["apps"],
@@ -290,7 +283,7 @@ def scaler(s: Sizing) -> list[Doc]:
     binding = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
-        "metadata": _meta(SCALER, "scaler"),
+        "metadata": meta(SCALER, "scaler"),
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SCALER},
         "subjects": [{"kind": "ServiceAccount", "name": SCALER}],
     }
@@ -312,27 +305,33 @@ def writer(s: Sizing) -> list[Doc]:
     container = _container(
         "writer",
         s,
-        ["python", "-m", "writer"],
+        ["writer"],
         ports=[{"name": "metrics", "containerPort": WRITER_METRICS_PORT}],
         livenessProbe={"httpGet": {"path": "/metrics", "port": "metrics"}, "periodSeconds": 10},
         resources={"requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"memory": "1Gi"}},
     )
     # The last batch is finished and committed on SIGTERM.
-    pod = {"terminationGracePeriodSeconds": 30, "containers": [container]}
+    spec = pod([container], terminationGracePeriodSeconds=30)
     annotations = _pod_annotations(WRITER_METRICS_PORT)
-    return [_deployment("flashsale-writer", "writer", s.writers, pod, annotations)]
+    return [deployment("flashsale-writer", "writer", s.writers, spec, annotations)]
+
+
+def migrate_name(image: str) -> str:
+    """The migrate Job's name, one per image: a Job's pod template cannot change, so a new
+    image is a new Job (the old one goes after its TTL). The tag (or digest) readable, a hash
+    of the whole reference so two registries' same tag differ."""
+    tag = re.split(r"[:@]", image.rsplit("/", 1)[-1], maxsplit=1)[-1]
+    readable = re.sub(r"[^a-z0-9]+", "-", tag.lower()).strip("-")[:24].strip("-")
+    digest = hashlib.sha256(image.encode()).hexdigest()[:8]
+    return f"flashsale-migrate-{readable}-{digest}" if readable else f"flashsale-migrate-{digest}"
 
 
 def jobs(s: Sizing) -> list[Doc]:
     small = {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
-    expiry = {
-        "containers": [
-            _container("expiry", s, ["python", "-m", "flashsale", "expiry"], resources=small)
-        ]
-    }
-    every = ["python", "-m", "flashsale", "reconcile", "--every", str(RECONCILE_EVERY_S)]
-    reconcile = {
-        "containers": [
+    expiry = pod([_container("expiry", s, ["expiry"], resources=small)])
+    every = ["reconcile", "--every", str(RECONCILE_EVERY_S)]
+    reconcile = pod(
+        [
             _container(
                 "reconcile",
                 s,
@@ -340,34 +339,33 @@ def jobs(s: Sizing) -> list[Doc]:
                 ports=[{"name": "metrics", "containerPort": RECONCILE_METRICS_PORT}],
                 resources=small,
             )
-        ],
-    }
+        ]
+    )
     migrate = {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": _meta("flashsale-migrate", "migrate"),
+        "metadata": meta(migrate_name(s.image), "migrate"),
         "spec": {
             "backoffLimit": 3,
+            # Gone a day after it finished: applying the same manifests again later creates
+            # it again, and migrating twice applies nothing the second time.
+            "ttlSecondsAfterFinished": MIGRATE_TTL_S,
             "template": {
-                "spec": {
-                    "restartPolicy": "OnFailure",
-                    "containers": [
-                        _container(
-                            "migrate", s, ["python", "-m", "flashsale", "migrate"], resources=small
-                        )
-                    ],
-                }
+                "metadata": {"labels": pod_labels("migrate")},
+                "spec": pod(
+                    [_container("migrate", s, ["migrate"], resources=small)],
+                    restartPolicy="OnFailure",
+                ),
             },
         },
     }
     # Promotes a Redis replica the moment its primary's port refuses connections (its
     # probes must reach the Redis nodes directly, as the gateways do).
-    failover_argv = ["python", "-m", "flashsale", "failover-watch"]
-    failover = {"containers": [_container("failover-watch", s, failover_argv, resources=small)]}
+    failover = pod([_container("failover-watch", s, ["failover-watch"], resources=small)])
     one = {"strategy": {"type": "Recreate"}}  # one at a time: a round per interval, not two
     return [
-        _deployment("flashsale-expiry", "expiry", 1, expiry, **one),
-        _deployment(
+        deployment("flashsale-expiry", "expiry", 1, expiry, **one),
+        deployment(
             "flashsale-reconcile",
             "reconcile",
             1,
@@ -375,6 +373,6 @@ def jobs(s: Sizing) -> list[Doc]:
             _pod_annotations(RECONCILE_METRICS_PORT),
             **one,
         ),
-        _deployment("flashsale-failover-watch", "failover-watch", 1, failover, **one),
+        deployment("flashsale-failover-watch", "failover-watch", 1, failover, **one),
         migrate,
     ]

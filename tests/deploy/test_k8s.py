@@ -1,6 +1,7 @@
 """The Kubernetes manifests: deploy/k8s/ and what the planner's ``--emit k8s DIR`` writes validate
-offline against the Kubernetes schemas (kubernetes-validate, strict: no unknown field), deploy/k8s/
-is what its sizing.json renders to, and the planner's fleet is what the manifests ask for."""
+offline against the Kubernetes schemas (kubernetes-validate, strict: no unknown field; the
+Prometheus Operator's two kinds against tests/deploy/crd_schemas.py), deploy/k8s/ is what its
+sizing.json renders to, and the planner's fleet is what the manifests ask for."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import jsonschema  # type: ignore[import-untyped]  # kubernetes-validate's own validator
 import kubernetes_validate
 import pytest
 import yaml
@@ -15,7 +17,8 @@ import yaml
 from kernel.settings import PROJECT_ROOT, Settings
 from loadtest.capacity import k8s, plan
 from loadtest.capacity.manifests import aligned_writers
-from tests.loadtest.test_planner import _results  # the planner's own made-up stored runs
+from tests.deploy.crd_schemas import BY_KIND
+from tests.loadtest.test_planner import _results  # made-up stored runs
 
 DEPLOY = PROJECT_ROOT / "deploy" / "k8s"
 K8S_VERSION = "1.33.0"  # the oldest Kubernetes the manifests are checked against: CronJob timeZone
@@ -34,12 +37,15 @@ def _validate(directory: Path) -> list[str]:
     kinds = []
     for name, docs in _docs(directory).items():
         for doc in docs:
+            kinds.append(doc["kind"])
+            if doc["kind"] in BY_KIND:  # a CRD's: our schema of it
+                jsonschema.validate(doc, BY_KIND[doc["kind"]])
+                continue
             for version in (K8S_VERSION, kubernetes_validate.utils.latest_version()):
                 try:
                     kubernetes_validate.validate(doc, version, strict=True)
                 except kubernetes_validate.ValidationError as error:
                     pytest.fail(f"{name}: {doc['kind']} {doc['metadata']['name']}: {error.message}")
-            kinds.append(doc["kind"])
     return kinds
 
 
@@ -53,7 +59,10 @@ def _by_kind(directory: Path, kind: str, name: str) -> dict[str, Any]:
 
 def test_the_repositorys_manifests_validate_against_the_kubernetes_schemas() -> None:
     kinds = _validate(DEPLOY)
-    for kind in ("Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler", "CronJob"):
+    for kind in (
+        "Namespace", "Deployment", "PodDisruptionBudget", "HorizontalPodAutoscaler", "CronJob",
+        "Job", "NetworkPolicy", "Service", "ConfigMap",
+    ):  # fmt: skip
         assert kind in kinds
     assert "Secret" not in kinds  # referenced, never in the repository
 
@@ -64,6 +73,7 @@ def test_the_repositorys_manifests_are_what_their_sizing_renders() -> None:
     assert on_disk == rendered, "deploy/k8s/ is stale: python -m loadtest.capacity.k8s deploy/k8s"
     listed = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())["resources"]
     assert sorted(listed) == sorted(_docs(DEPLOY))
+    assert set(_docs(DEPLOY)) <= set(k8s.FILES)  # no file left over from an older rendering
 
 
 def test_no_secret_value_is_rendered() -> None:
