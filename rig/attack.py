@@ -21,6 +21,9 @@ import uvloop
 from kernel.fd_limit import raise_open_files_limit
 
 SUMMARY_PREFIX = "ATTACK_JSON "
+# Printed once every socket is open and the server has closed one (the attack in full swing):
+# what a test waits for before it measures a buyer.
+READY_LINE = "ATTACK_READY"
 SLOW_HEAD = b"POST /api/flash-sales/items/1/purchase HTTP/1.1\r\nHost: x\r\nX-Slow: "
 DRIP_S = 1.0  # slowloris: one byte a second, so a timer that restarts on every byte never fires
 RECONNECT_PAUSE_S = 0.05  # after a failed connect: the listen queue was full
@@ -119,8 +122,13 @@ class Attack:
         until = time.monotonic() + seconds
         for n in range(silent + slowloris):
             self.open(drip=n >= silent)
+        announced = False
         while (left := until - time.monotonic()) > 0:
             await asyncio.sleep(min(left, DRIP_S))
+            if not announced and self.tally.opened >= silent + slowloris:
+                if self.tally.closed_by_server > 0:
+                    print(READY_LINE, flush=True)
+                    announced = True
             for conn in list(self.dripping):
                 conn.drip_one()
         self.over = True

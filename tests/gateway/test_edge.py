@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import select
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import pytest
 from gateway.auth import sign_token
 from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import Settings
-from rig.attack import SUMMARY_PREFIX, until_closed
+from rig.attack import READY_LINE, SUMMARY_PREFIX, until_closed
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
@@ -93,7 +94,7 @@ def test_silent_and_slowloris_connections_cannot_starve_a_buyer(
     argv += ["--silent", str(silent), "--slowloris", str(SLOWLORIS), "--seconds", str(ATTACK_S)]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as attacker:
         try:
-            time.sleep(4)  # every socket open, the first ones closed and reopened
+            _wait_for_line(attacker, READY_LINE, ATTACK_S)  # every socket open, some reopened
             slowest = 0.0
             for n in range(20):
                 user = uuid.uuid4().int % 10**12
@@ -119,6 +120,21 @@ def test_silent_and_slowloris_connections_cannot_starve_a_buyer(
     # The gateway closed the attack's sockets (not the attack ending), most of them at least
     # once (a busy attacker notices late, and reopens late).
     assert summary["closed_by_server"] >= (silent + SLOWLORIS) // 2, summary
+
+
+def _wait_for_line(process: subprocess.Popen[str], line: str, timeout_s: float) -> None:
+    """Until ``process`` prints ``line`` (polling its pipe with a deadline)."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        ready, _, _ = select.select([process.stdout], [], [], left)
+        if ready:
+            got = process.stdout.readline()
+            if got.strip() == line:
+                return
+            if not got:
+                break
+    raise AssertionError(f"the attacker never printed {line} within {timeout_s} s")
 
 
 async def _probe_lifetimes() -> list[float]:
