@@ -258,7 +258,7 @@ async def test_a_buyers_second_order_gives_its_unit_back_once(
             await redis.delete(*shard_keys(item, k))
 
 
-# 6. A Redis failover that loses an acknowledged reservation (issue 11, item 1). What the
+# 6. A Redis failover that loses an acknowledged reservation (WAIT is not consensus). What the
 # promoted replica holds is emulated by undoing the reservation's Lua writes by hand: the unit
 # back in stock, no hold record, no outbox entry, no dedup entry.
 
