@@ -233,19 +233,25 @@ class Settings:
     edge_queue_per_server: int = 32
     edge_queue_timeout_ms: int = 100
     edge_maxconn: int = 16000
+    # The path prefixes the balancer's public listener forwards; anything else it answers 404
+    # NOT_FOUND itself ("/" forwards every route). Operators reach /admin, /vouchers and
+    # /metrics through the fleet's operator listener (balancer port + 1, loopback only).
+    edge_public_prefixes: tuple[str, ...] = ("/api/flash-sales/",)
 
     # Every process logs to stderr at this level (kernel/logs.py); its starter picks the file.
     log_level: str = "INFO"
+    # text: one "time pid logger level message" line per event; json: one JSON object per
+    # line, with the request id and trace id of the order it concerns (docs/operations.md).
+    log_format: str = "text"
+    # OpenTelemetry spans (the [otel] extra; OTEL_* variables pick the exporter): 0 imports
+    # nothing of it, and the purchase path pays one attribute test.
+    otel: int = 0
 
     # Waiting room (docs/waiting-room.md), a per-sale option. Tickets and admissions
     # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
     # restarted one still accepts them). Empty: a key derived from admin_token (a secret every
     # deployment already sets, gateway/auth.py), so turning the room on needs no new secret.
     # The frontier is advanced and broadcast every tick.
-    # The path prefixes the balancer's public listener forwards; anything else it answers 404
-    # NOT_FOUND itself ("/" forwards every route). Operators reach /admin, /vouchers and
-    # /metrics through the fleet's operator listener (balancer port + 1, loopback only).
-    edge_public_prefixes: tuple[str, ...] = ("/api/flash-sales/",)
     waiting_room_secret: str = ""
     waiting_room_tick_ms: int = 100
     waiting_room_rate_per_s: int = 500  # admissions per second of a sale that names none
@@ -291,6 +297,7 @@ _AT_LEAST_1 = msgspec.Meta(ge=1)  # a bucket's burst: below one token nothing ev
 _RANGES: dict[str, msgspec.Meta] = {
     "writer_metrics_port": _PORT_OR_CHOICE,
     "reconcile_metrics_port": _PORT_OR_CHOICE,
+    "otel": msgspec.Meta(ge=0, le=1),
     **dict.fromkeys(
         (
             "orders_partitions",
@@ -346,6 +353,7 @@ _RANGES: dict[str, msgspec.Meta] = {
     ),
 }
 _LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
+_LOG_FORMATS = ("text", "json")
 # Namespaces under the prefix that are not settings: the locustfile's own options.
 _NOT_SETTINGS = (PREFIX + "LOAD_",)
 _log = logging.getLogger(__name__)
@@ -386,6 +394,8 @@ def problems(cfg: Settings) -> list[str]:
         found.append(f"{_env_name('jwt_algorithms')}: empty; name at least one")
     if cfg.log_level.upper() not in _LOG_LEVELS:
         found.append(f"{_env_name('log_level')}={cfg.log_level!r}: one of {', '.join(_LOG_LEVELS)}")
+    if cfg.log_format not in _LOG_FORMATS:
+        found.append(f"{_env_name('log_format')}={cfg.log_format!r}: one of text, json")
     return found
 
 
