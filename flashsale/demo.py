@@ -18,6 +18,7 @@ import aiohttp
 import asyncpg
 import uvloop
 
+from flashsale import http_retry
 from flashsale.observe.fairness import write_fairness
 from flashsale.observe.report import write_report
 from flashsale.room_buyers import RoomClient
@@ -76,12 +77,13 @@ async def _spike(
         while not queue.empty():
             token = queue.get_nowait()
             started = time.perf_counter()
-            async with session.post(
+            status, _, _ = await http_retry.answer(
+                session,
+                "POST",
                 f"/api/flash-sales/items/{item_id}/purchase",
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                await response.read()
-                statuses[response.status] += 1
+                {"Authorization": f"Bearer {token}"},
+            )
+            statuses[status] += 1
             latencies.append(time.perf_counter() - started)
 
     async def progress() -> None:

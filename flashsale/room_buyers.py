@@ -10,7 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import msgspec
 
+from flashsale import http_retry
 from gateway.auth import sign_token
 from gateway.waiting_room import proof
 from kernel.settings import Settings
@@ -56,15 +58,11 @@ class RoomClient:
         return status, body
 
     async def send(self, method: str, path: str, headers: dict[str, str]) -> Answer:
-        """One request, sent again as a client would: after a 503's Retry-After, or when the
-        gateway closed an idle kept-alive connection just as it was reused. Every request
-        here is idempotent: a join, a poll, a purchase."""
+        """One request, sent again as a client would: after a 503's Retry-After, or after a
+        lost connection (flashsale/http_retry.py: every request here is idempotent)."""
         for _ in range(20):
-            try:
-                async with self.session.request(method, path, headers=headers) as r:
-                    answer = r.status, await r.json(), int(r.headers.get("retry-after", "0"))
-            except aiohttp.ServerDisconnectedError:
-                continue
+            status, body, retry = await http_retry.answer(self.session, method, path, headers)
+            answer = status, msgspec.json.decode(body), int(retry or "0")
             if answer[0] != 503:
                 return answer
             await asyncio.sleep(answer[2])

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import uvloop
 from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
 
+from flashsale import http_retry
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench.servers import pinned
 
@@ -58,15 +59,17 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = bytearray()
         self.intended = 0.0
+        self.request = b""
+        self.tries = 0  # sends of the request under way
         self.busy = False
         self.closed_by_peer = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
 
-    def send(self, intended: float, request: bytes) -> None:
+    def send(self, intended: float, request: bytes, tries: int = 1) -> None:
         assert self.transport is not None
-        self.intended = intended
+        self.intended, self.request, self.tries = intended, request, tries
         self.busy = True
         self.transport.write(request)
 
@@ -111,10 +114,11 @@ class OpenLoop:
         self.statuses: Counter[int] = Counter()
         self.connections: list[Connection] = []
         self.idle: list[Connection] = []
-        self.queue: deque[tuple[float, bytes]] = deque()
+        self.queue: deque[tuple[float, bytes, int]] = deque()  # (intended, request, tries)
         self.in_flight = 0
         self.answered_total = 0  # warm-up included
         self.errors = 0
+        self.resent = 0
         self.cpu_start = 0.0
         self.max_queue = 0
         self.start = 0.0
@@ -136,7 +140,14 @@ class OpenLoop:
         if conn.busy:
             conn.busy = False
             self.in_flight -= 1
-            self.errors += 1
+            if conn.closed_by_peer and not conn.buffer and conn.tries < http_retry.ATTEMPTS:
+                # Closed under the request before any answer (an idle close racing the reuse):
+                # sent again first, its clock still running; every request here is idempotent
+                # (a purchase per item and buyer; flashsale/http_retry.py).
+                self.resent += 1
+                self.queue.appendleft((conn.intended, conn.request, conn.tries + 1))
+            else:
+                self.errors += 1
         if conn.closed_by_peer:
             # A server or balancer closing an idle keep-alive connection: a client opens
             # another, as a browser would, so the pool keeps its size.
@@ -160,9 +171,8 @@ class OpenLoop:
         if not conn.usable():
             return  # closing: its connection_lost reopens it
         if self.queue:
-            intended, request = self.queue.popleft()
             self.in_flight += 1
-            conn.send(intended, request)
+            conn.send(*self.queue.popleft())
         else:
             self.idle.append(conn)
 
@@ -173,7 +183,7 @@ class OpenLoop:
             self.in_flight += 1
             self.idle.pop().send(intended, request)
         else:
-            self.queue.append((intended, request))
+            self.queue.append((intended, request, 1))
             self.max_queue = max(self.max_queue, len(self.queue))
 
     async def run(self) -> dict[str, Any]:
@@ -204,7 +214,7 @@ class OpenLoop:
             await asyncio.sleep(0.005)
         # Charge the unanswered at least the time they have waited so far.
         now = time.perf_counter()
-        waiting = [c.intended for c in self.connections if c.busy] + [t for t, _ in self.queue]
+        waiting = [c.intended for c in self.connections if c.busy] + [t for t, _, _ in self.queue]
         for intended in waiting:
             self.histogram.record_value(max(1, int((now - intended) * 1e6)))
         for conn in self.connections:
@@ -234,6 +244,7 @@ class OpenLoop:
             "dispatch_lag_max_ms": self.dispatch_lag.get_max_value() / 1000,
             "unanswered": unanswered,
             "errors": self.errors,
+            "resent": self.resent,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
             "max_queue": self.max_queue,
             "p50_ms": h.get_value_at_percentile(50) / 1000,

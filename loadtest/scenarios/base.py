@@ -7,9 +7,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import gevent  # type: ignore[import-untyped]
+from geventhttpclient.response import HTTPConnectionClosed
 from locust import FastHttpUser
 from locust.exception import StopUser
 
+from flashsale import http_retry
 from kernel.settings import Settings, settings
 from loadtest.scenarios import answers, run
 from loadtest.scenarios.answers import Answer, Expected
@@ -58,10 +60,40 @@ class GatewayUser(FastHttpUser):
         judge: Judge | None = None,
         no_answer_ok: bool = False,
     ) -> Answer:
-        """One request, checked against ``expected`` (and ``judge``, which always sees it)."""
+        """One request, checked against ``expected`` (and ``judge``, which always sees it).
+        Every request of the scenarios is idempotent (a purchase per item and buyer), so one
+        whose connection was lost before an answer (a server closing an idle kept-alive
+        connection as it was reused) is sent again, under flashsale/http_retry.py's policy;
+        each lost one is recorded as ``<endpoint> resent``."""
+        args = (method, path, endpoint, expected, headers, body, judge, no_answer_ok)
+        try:
+            for attempt in http_retry.attempts(on=(http_retry.ConnectionLost,)):
+                with attempt:
+                    return self._call_once(*args, resend=True)
+        except http_retry.ConnectionLost:
+            pass
+        return self._call_once(*args, resend=False)  # the last one, judged as any answer
+
+    def _call_once(
+        self,
+        method: str,
+        path: str,
+        endpoint: str,
+        expected: Expected,
+        headers: dict[str, str],
+        body: dict[str, Any] | None,
+        judge: Judge | None,
+        no_answer_ok: bool,
+        *,
+        resend: bool,
+    ) -> Answer:
         with self.client.request(
             method, path, name=endpoint, headers=headers, json=body, catch_response=True
         ) as reply:
+            if resend and _connection_lost(getattr(reply, "error", None)):
+                reply.request_meta["name"] = f"{endpoint} resent"
+                reply.success()
+                raise http_retry.ConnectionLost(endpoint)
             answer = answers.read(reply)
             reply.request_meta["name"] = answer.stat_name(endpoint)
             if endpoint == "purchase" and answer.status == 202 and answer.order_id:
@@ -91,3 +123,10 @@ class GatewayUser(FastHttpUser):
                 break
             self.retry_pause(answer)
         return answer
+
+
+def _connection_lost(error: object) -> bool:
+    """Did the connection break under the request, before any answer (not a timeout)?"""
+    if isinstance(error, HTTPConnectionClosed | ConnectionError):
+        return True
+    return isinstance(error, OSError) and error.errno in http_retry.LOST_ERRNOS
