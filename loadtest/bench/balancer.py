@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +163,11 @@ class Bench:
             where = self.workdir / subject
             pin = servers.pinned(o.server_core, [])
             log = self.h.log_dir / f"{subject}.log"
-            with haproxy.serving(gateway, port, where, prefix=pin, log=log) as bal:
+            # The entry set by hand lives for the run (an entry's expire is the flag TTL).
+            edge = replace(haproxy.Edge.of(self.cfg), sold_out_ttl_ms=86_400_000)
+            with haproxy.serving(gateway, port, where, edge, prefix=pin, log=log) as bal:
                 if subject == "haproxy_410":
-                    add = f"add map {where / 'soldout.map'} {s.sold_out.path} 1"
-                    haproxy.command(bal.socket, add)
+                    haproxy.command(bal.socket, haproxy.set_sold_out(s.sold_out.path))
                 yield gw, bal, bal.base + s.sold_out.path
 
     def token(self) -> bytes:
