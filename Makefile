@@ -5,7 +5,7 @@
 PY := .venv/bin/python
 export PYTHONUNBUFFERED := 1
 
-.PHONY: setup stack demo test test-fast check lint stop status bench
+.PHONY: setup stack demo test test-fast check lint stop status bench image
 
 setup:
 	@scripts/bootstrap
@@ -35,6 +35,11 @@ test: stack check
 bench: stack
 	@scripts/bootstrap --bench
 	@PATH="$(CURDIR)/.venv/bin:$$PATH" $(PY) -m loadtest.bench
+
+# The container image, built with Debian's buildah and started (docs/container.md). Minutes on
+# this machine, so not part of `test`.
+image: stack
+	@scripts/build-image
 
 status:
 	@$(PY) -m flashsale stack status
