@@ -21,8 +21,8 @@ from tests.support.constants import REDIS_TIMEOUT_MS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 BURST = 5
-# The per-address bucket a purchase takes from before anything else (a purchase of no item
-# answers 404 while it has tokens); the operations endpoints haproxy checks have their own.
+# The per-address bucket a purchase takes from before anything else (a purchase without a token
+# answers 401 while it has tokens); the operations endpoints haproxy checks have their own.
 LIMITED_ENV = settings_env(ip_rate_per_s=0.01, ip_burst=BURST, redis_timeout_ms=REDIS_TIMEOUT_MS)
 NO_ITEM = purchase_path(999_999_999_999_999)
 
@@ -69,9 +69,9 @@ def test_each_client_host_has_its_own_bucket_through_the_balancer(
 ) -> None:
     first, second = clients[0], clients[1]
     answers = _statuses(first, *[(_balancer_inside(live_stack), False)] * (BURST + 1))
-    assert answers == [404] * BURST + [429], answers  # the first host's own bucket, emptied
+    assert answers == [401] * BURST + [429], answers  # the first host's own bucket, emptied
     # The second host is not the first, although both reach the gateway through one balancer.
-    assert _statuses(second, (_balancer_inside(live_stack), False)) == [404]
+    assert _statuses(second, (_balancer_inside(live_stack), False)) == [401]
 
 
 def test_a_forged_forwarded_for_is_not_believed_at_a_gateway_or_through_the_balancer(
@@ -86,4 +86,4 @@ def test_a_forged_forwarded_for_is_not_believed_at_a_gateway_or_through_the_bala
     answers = _statuses(
         third, *[(gateway, True)] * (BURST + 1), *[(_balancer_inside(live_stack), True)] * 2
     )
-    assert answers == [404] * BURST + [429] * 3, answers
+    assert answers == [401] * BURST + [429] * 3, answers
