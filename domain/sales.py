@@ -23,11 +23,14 @@ class NewItem(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="c
     shards: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
 
 
+AdmissionRate = Annotated[int, msgspec.Meta(ge=1, le=100_000)]  # the column's CHECK too
+
+
 class WaitingRoom(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     """A sale's waiting room (docs/waiting-room.md): buyers queue and are admitted at a rate."""
 
     # None: the gateway's configured default (waiting_room_rate_per_s).
-    admission_rate_per_second: Annotated[int, msgspec.Meta(ge=1, le=100_000)] | None = None
+    admission_rate_per_second: AdmissionRate | None = None
     pow_difficulty: Annotated[int, msgspec.Meta(ge=0, le=32)] = 0  # 0: no proof of work
 
 
@@ -44,6 +47,21 @@ class NewSale(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="c
 
 
 decode_new_sale = msgspec.json.Decoder(NewSale).decode
+
+
+class RoomControls(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """A change to a running waiting room (``POST /admin/sales/{id}/room``, ``flashsale room``):
+    pause or resume it, set its admission rate; a field left out keeps its value."""
+
+    paused: bool | msgspec.UnsetType = msgspec.UNSET
+    rate_per_second: AdmissionRate | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        if self.paused is msgspec.UNSET and self.rate_per_second is msgspec.UNSET:
+            raise ValueError("nothing to change: give paused, ratePerSecond or both")
+
+
+decode_room_controls = msgspec.json.Decoder(RoomControls).decode
 
 
 async def create_sale(pool: asyncpg.Pool, sale: NewSale) -> tuple[int, list[int]]:

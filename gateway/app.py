@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from gateway import admin, openapi, orders, probes, voucher_admin, vouchers
+from gateway import admin, openapi, orders, probes, room_admin, voucher_admin, vouchers
 from gateway.admission import Admission
 from gateway.auth import refuse_dev_secrets
 from gateway.client_address import ClientAddress
@@ -83,6 +83,7 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             Route("/api/flash-sales/sales/{sale_id}/queue", join.join, methods=["POST"]),
             Route("/admin/sales", admin.post_sale, methods=["POST"]),
             Route("/admin/sales/{sale_id}/arm", admin.arm, methods=["POST"]),
+            Route("/admin/sales/{sale_id}/room", room_admin.room, methods=["GET", "POST"]),
             Route("/admin/items/{item_id}", admin.get_item),
             Route("/vouchers/{code}/reservations", vouchers.reserve, methods=["POST"]),
             Route(

@@ -16,7 +16,7 @@ may carry (the first is its default). Every code the API answers is here.
     │                           / NOT_READY_TO_ARM / SALE_LIVE (+ detail) / OUT_OF_STOCK
     │                           / ALREADY_USED / ORDER_ID_CONFLICT / RESERVATION_EXPIRED
     │                           / RESERVATION_FAILED / RESERVATION_PROCESSING / ALREADY_CONFIRMED
-    │                           / VOUCHER_EXISTS
+    │                           / VOUCHER_EXISTS / NO_WAITING_ROOM (the sale has none to control)
     ├── SoldOut             410 SOLD_OUT
     ├── NotEligible         422 NOT_ELIGIBLE (+ reason: EXPIRED / NOT_STARTED / BELOW_MIN_ORDER)
     ├── RateLimited         429 RATE_LIMITED (+ Retry-After)
@@ -130,6 +130,7 @@ class Conflict(
         "RESERVATION_PROCESSING",
         "ALREADY_CONFIRMED",
         "VOUCHER_EXISTS",
+        "NO_WAITING_ROOM",  # gateway/room_admin.py: a sale created without one
     ),
 ): ...
 

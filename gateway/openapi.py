@@ -19,10 +19,11 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from domain.sales import NewSale
+from domain.sales import NewSale, RoomControls
 from domain.vouchers import CODE_PATTERN, ORDER_ID_PATTERN, NewVoucher, ReservationRequest
 from gateway import bodies
 from gateway.paths import UNGATED
+from gateway.waiting_room.controls import RoomState
 
 VERSION = "1.0.0"  # of the API contract: bump it when a client would notice the change
 
@@ -69,6 +70,15 @@ _SECURITY = {
     "buyer": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"},
     "admin": {"type": "http", "scheme": "bearer", "description": "FLASHSALE_ADMIN_TOKEN"},
     "service": {"type": "http", "scheme": "bearer", "description": "FLASHSALE_SERVICE_TOKEN"},
+}
+
+# A waiting room's controls (gateway/room_admin.py); a 503 after a change was recorded: the
+# gateways' ticks apply it (gateway/waiting_room/controls.py).
+_ROOM_ERRORS: Errors = {
+    401: ("UNAUTHORIZED",),
+    404: ("SALE_NOT_FOUND",),
+    409: ("NO_WAITING_ROOM",),
+    **_UNAVAILABLE,
 }
 
 OPERATIONS: tuple[Operation, ...] = (
@@ -212,6 +222,27 @@ OPERATIONS: tuple[Operation, ...] = (
             **_UNAVAILABLE,
         },
         auth="admin",
+        parameters=_SALE,
+    ),
+    Operation(
+        "get",
+        "/admin/sales/{sale_id}/room",
+        "A waiting room's controls and how far its frontier has come",
+        "admin",
+        (200, RoomState),
+        _ROOM_ERRORS,
+        auth="admin",
+        parameters=_SALE,
+    ),
+    Operation(
+        "post",
+        "/admin/sales/{sale_id}/room",
+        "Pause or resume a waiting room, or set its admission rate, from now on",
+        "admin",
+        (200, RoomState),
+        {400: _BAD_BODY, **_ROOM_ERRORS},
+        auth="admin",
+        body=RoomControls,
         parameters=_SALE,
     ),
     Operation(

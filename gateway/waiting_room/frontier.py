@@ -6,6 +6,11 @@ a poll reads a local dict — never Redis. A gateway's own tick also tells it th
 that missed a broadcast, or just started, catches up within a tick. When the sale's last unit
 is held the tick raises its items' sold-out flags (and broadcasts them): every waiter's next
 poll answers 410; a restock clears them and the frontier moves on, in queue order.
+
+A room's controls (paused, rate: controls.py) live in the room's meta hash, which the tick's
+script reads: a change applied there binds every gateway's next tick. Each tick also carries
+the record's controls as this gateway last read them, so a change that reached PostgreSQL but
+not Redis is applied within a refresh (``item_cache_seconds``) and a tick.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ _QUIET_CHECK_S = 1.0  # a sold-out or idle room asks Redis this often
 _ROOMS = """
 select s.id, extract(epoch from s.starts_at)::float8 as starts_at,
        extract(epoch from s.ends_at)::float8 as ends_at, s.admission_rate_per_second as rate,
-       s.pow_difficulty, array_agg(i.id order by i.id) as items
+       s.room_version, s.room_paused, s.pow_difficulty, array_agg(i.id order by i.id) as items
 from flash_sale s join flash_sale_item i on i.sale_id = s.id
 where s.waiting_room and s.armed_at is not null and s.ends_at > now() - interval '1 hour'
 group by s.id
@@ -43,7 +48,7 @@ class Room:
     sale: int
     starts_at: float
     ends_at: float
-    rate: int  # admissions per second
+    controls: queue.Controls  # as PostgreSQL held them at the last refresh
     pow_difficulty: int
     items: tuple[int, ...]
 
@@ -58,12 +63,18 @@ class WaitingRooms:
         self.rooms: dict[int, Room] = {}  # mutated in place, never replaced (purchase.py)
         self.frontier: dict[int, int] = {}  # sale → places 1..n admitted
         self.spent: dict[int, int] = {}  # sale → places 1..n can no longer buy (purchase.py)
+        self.live: dict[int, queue.Controls] = {}  # sale → as Redis applied them, last tick
         self._placed: set[int] = set()  # sales whose early arrivals have their places
         self._placing = asyncio.Lock()
         self._checked: dict[int, float] = {}  # sale → monotonic time of its last Redis tick
         self._idle: set[int] = set()  # rooms whose every joined place is admitted
         self._asked_at = 0.0  # monotonic; the routes' on-demand refresh
         self._refreshing: asyncio.Future[None] | None = None
+
+    def controls(self, room: Room) -> queue.Controls:
+        """What this gateway's polls answer by: Redis's as of this gateway's last tick (the
+        record's before the first)."""
+        return self.live.get(room.sale, room.controls)
 
     def sold_out(self, room: Room) -> bool:
         flags = self.s.flags
@@ -73,9 +84,16 @@ class WaitingRooms:
         """Re-read the armed sales with a room (an admin arm calls this too)."""
         fresh = {}
         for r in await self.s.pool.fetch(_ROOMS):
-            rate = r["rate"] or self._default_rate
+            controls = queue.Controls(
+                r["room_version"], r["room_paused"], r["rate"] or self._default_rate
+            )
             fresh[r["id"]] = Room(
-                r["id"], r["starts_at"], r["ends_at"], rate, r["pow_difficulty"], tuple(r["items"])
+                r["id"],
+                r["starts_at"],
+                r["ends_at"],
+                controls,
+                r["pow_difficulty"],
+                tuple(r["items"]),
             )
         for sale in set(self.rooms) - set(fresh):
             del self.rooms[sale]
@@ -133,7 +151,9 @@ class WaitingRooms:
         if left == 0:
             await self._raise_flags(room)
         window = self.s.cfg.waiting_room_admission_s
-        frontier, spent, joined = await queue.advance(client, room.sale, room.rate, left, window)
+        done = await queue.advance(client, sale, room.controls, room.ends_at, left, window)
+        frontier, spent, joined = done.frontier, done.spent, done.joined
+        self.live[sale] = done.controls
         if 0 <= joined <= frontier:
             self._idle.add(sale)  # every place given is admitted: a new joiner waits <= 1 s
         else:

@@ -1,8 +1,9 @@
 """``GET /api/flash-sales/sales/{saleId}/queue`` (``X-Queue-Ticket``), answered by the front as
 the purchase is: no framework, since everyone waiting polls every Retry-After.
 
-A poll reads only local state — the signed ticket, the room, the sold-out flags and the pushed
-frontier — except once per early arrival: its first poll after the start reads the place it
+A poll reads only local state — the signed ticket, the room, the sold-out flags, the pushed
+frontier and the room's controls as this gateway's last tick found them — except once per early
+arrival: its first poll after the start reads the place it
 was given (one HGET) and hands back a ticket that carries it.
 """
 
@@ -95,18 +96,22 @@ class PollHandler:
             body = encode(status)
             return 200, raw_headers(body), body
         ahead = ticket.place - frontier - 1
-        return self._waiting(ticket, text, ahead, math.ceil(ahead / room.rate))
+        controls = self._rooms.controls(room)
+        if controls.paused:  # no estimate: nobody moves until it resumes
+            return self._waiting(ticket, text, ahead, None)
+        return self._waiting(ticket, text, ahead, math.ceil(ahead / controls.rate))
 
-    def _waiting(self, ticket: Ticket, text: str, ahead: int | None, wait_s: int) -> Answer:
+    def _waiting(self, ticket: Ticket, text: str, ahead: int | None, wait_s: int | None) -> Answer:
         """Still waiting; the client must poll again after Retry-After (capped, so an estimate
-        that shrinks as others drop out is noticed). ``text``: the ticket as signed."""
-        retry = max(1, min(wait_s, self._max_retry_s))
+        that shrinks as others drop out, or a paused room's resuming, is noticed). ``text``: the
+        ticket as signed; ``wait_s`` None: no estimate (the room is paused)."""
+        retry = max(1, min(self._max_retry_s if wait_s is None else wait_s, self._max_retry_s))
         status = bodies.QueueStatus(
             "WAITING",
             text,
             ticket.place or UNSET,
             UNSET if ahead is None else ahead,
-            wait_s,
+            UNSET if wait_s is None else wait_s,
             retry,
         )
         body = encode(status)

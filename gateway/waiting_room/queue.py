@@ -71,20 +71,54 @@ for i = 1, #ARGV do redis.call('HSET', KEYS[1], ARGV[i], i .. ':' .. now) end
 redis.call('HSET', KEYS[2], 'placed', 1)
 return 1
 """
-# KEYS: meta. ARGV: rate per s, units left (-1: unknown), admission ms.
-# → {frontier, spent, joined}.
+# The room's controls (controls.py), first in both scripts below. KEYS: meta. ARGV: version,
+# paused (0/1), rate per s, expire_at (epoch s), as PostgreSQL holds them. A version newer than
+# the meta's is applied (an older one, a gateway's stale copy, never wins); Redis's clock says
+# when. A pause, and the resume after it, start the admissions' clock afresh (no backlog for
+# the paused time); a new rate applies from now: the fraction of a place owed at the old rate
+# stays owed, none is owed for the time before at the new one.
+_CONTROLS = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local version = tonumber(ARGV[1])
+if version > tonumber(redis.call('HGET', KEYS[1], 'version') or '-1') then
+  local last = redis.call('HGET', KEYS[1], 'last_ms')
+  local old = tonumber(redis.call('HGET', KEYS[1], 'rate') or ARGV[3])
+  if ARGV[2] == '1' or redis.call('HGET', KEYS[1], 'paused') == '1' then
+    last = now
+  elseif last then
+    last = now - (now - tonumber(last)) * old / tonumber(ARGV[3])
+  end
+  redis.call('HSET', KEYS[1], 'version', version, 'paused', ARGV[2], 'rate', ARGV[3])
+  if last then redis.call('HSET', KEYS[1], 'last_ms', string.format('%.3f', last)) end
+  redis.call('EXPIREAT', KEYS[1], ARGV[4])
+end
+local held = tonumber(redis.call('HGET', KEYS[1], 'version') or '-1')
+local paused = tonumber(redis.call('HGET', KEYS[1], 'paused') or '0')
+local rate = tonumber(redis.call('HGET', KEYS[1], 'rate') or '0')
+"""
+# ARGV as _CONTROLS's. → {version, paused, rate, frontier, joined, spent} as Redis has them.
+_CONTROL = (
+    _CONTROLS
+    + """
+local v = redis.call('HMGET', KEYS[1], 'frontier', 'next', 'spent')
+return {held, paused, rate, tonumber(v[1] or '0'), tonumber(v[2] or '0'), tonumber(v[3] or '0')}
+"""
+)
+# KEYS: meta. ARGV: _CONTROLS's, units left (-1: unknown), admission ms.
+# → {frontier, spent, joined, version, paused, rate}.
 # Redis's clock, so every gateway's tick agrees and several tickers never speed it up. Places
 # 1..frontier are admitted; places 1..spent were admitted before a sell-out (or their
 # admission has run out), so they can no longer buy. Until the first sell-out the frontier
 # moves at the rate; after it, a freed unit is re-offered to exactly one next place per unit
 # left (still at most the rate), and again to the following places once those admissions ran
-# out unused. It never moves before the places are fixed, while nothing is left or unknown,
-# or past the last joined place.
-_ADVANCE = """
-if redis.call('HEXISTS', KEYS[1], 'placed') == 0 then return {-1, 0, 0} end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local rate, left, window = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+# out unused. It never moves before the places are fixed, while the room is paused, while
+# nothing is left or unknown, or past the last joined place.
+_ADVANCE = (
+    _CONTROLS
+    + """
+if redis.call('HEXISTS', KEYS[1], 'placed') == 0 then return {-1, 0, 0, held, paused, rate} end
+local left, window = tonumber(ARGV[5]), tonumber(ARGV[6])
 local f = tonumber(redis.call('HGET', KEYS[1], 'frontier') or '0')
 local last = tonumber(redis.call('HGET', KEYS[1], 'last_ms') or now)
 local joined = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
@@ -93,9 +127,9 @@ if left == 0 and spent ~= tostring(f) then
   redis.call('HSET', KEYS[1], 'spent', f)  -- sold out: every admission so far is used up
   spent = tostring(f)
 end
-if left <= 0 or f >= joined then
-  redis.call('HSET', KEYS[1], 'last_ms', now)  -- paused: no backlog of admissions builds up
-  return {f, tonumber(spent or '0'), joined}
+if paused == 1 or left <= 0 or f >= joined then
+  redis.call('HSET', KEYS[1], 'last_ms', now)  -- stopped: no backlog of admissions builds up
+  return {f, tonumber(spent or '0'), joined, held, paused, rate}
 end
 local n = math.floor((now - last) * rate / 1000)
 if n > rate then n = rate; last = now - 1000 end  -- a burst of at most one second
@@ -109,7 +143,7 @@ if spent then
   local want = spent + left - f
   if want <= 0 then
     redis.call('HSET', KEYS[1], 'last_ms', now)
-    return {f, spent, joined}
+    return {f, spent, joined, held, paused, rate}
   end
   if n >= want then n = want; last = now - n * 1000 / rate end
   if n > 0 then redis.call('HSET', KEYS[1], 'offered_ms', now) end
@@ -120,8 +154,9 @@ if n > 0 then
   last = last + n * 1000 / rate
 end
 redis.call('HSET', KEYS[1], 'frontier', f, 'last_ms', string.format('%.3f', last))
-return {f, tonumber(spent or '0'), joined}
+return {f, tonumber(spent or '0'), joined, held, paused, rate}
 """
+)
 
 
 def _keys(sale: int) -> tuple[str, str, str, str]:
@@ -172,15 +207,65 @@ async def fix_places(client: RedisCluster, sale: int, starts_at_ms: int) -> bool
     return True
 
 
+class Controls(NamedTuple):
+    """What a room's controls are, in PostgreSQL (the record) or as Redis applied them."""
+
+    version: int  # how many changes the record has had; Redis holds the newest it applied
+    paused: bool
+    rate: int  # admissions per second
+
+
+class Advanced(NamedTuple):
+    frontier: int  # places 1..frontier are admitted (-1: the places are not fixed yet)
+    spent: int  # places up to here can no longer buy
+    joined: int  # places given
+    controls: Controls  # as Redis applied them: what this gateway's polls answer by
+
+
+class Applied(NamedTuple):
+    controls: Controls
+    frontier: int
+    joined: int
+    spent: int
+
+
+def _controls_args(controls: Controls, ends_at_s: float) -> tuple[int, ...]:
+    expire_at = int(ends_at_s) + KEPT_AFTER_END_S
+    return controls.version, int(controls.paused), controls.rate, expire_at
+
+
+async def apply_controls(
+    client: RedisCluster, sale: int, controls: Controls, ends_at_s: float
+) -> Applied:
+    """Apply the record's controls (a no-op if Redis has this version or a newer one) → what
+    Redis holds now. ``Controls(-1, …)`` only reads."""
+    args = _controls_args(controls, ends_at_s)
+    version, paused, rate, frontier, joined, spent = await with_deadline(
+        client.eval(_CONTROL, 1, _keys(sale)[1], *args)
+    )
+    return Applied(_controls(version, paused, rate), int(frontier), int(joined), int(spent))
+
+
+def _controls(version: Any, paused: Any, rate: Any) -> Controls:
+    return Controls(int(version), bool(paused), int(rate))
+
+
 async def advance(
-    client: RedisCluster, sale: int, rate: int, units_left: int | None, admission_s: int
-) -> tuple[int, int, int]:
-    """(frontier, spent, joined) after this tick (frontier -1 before the places are fixed):
-    places 1..frontier are admitted, those up to spent can no longer buy, joined were given."""
+    client: RedisCluster,
+    sale: int,
+    controls: Controls,
+    ends_at_s: float,
+    units_left: int | None,
+    admission_s: int,
+) -> Advanced:
+    """This tick's frontier: ``controls`` (the record as this gateway last read it) are applied
+    first if Redis has an older version."""
     left = -1 if units_left is None else units_left
-    args = (rate, left, admission_s * 1000)
-    frontier, spent, joined = await with_deadline(client.eval(_ADVANCE, 1, _keys(sale)[1], *args))
-    return int(frontier), int(spent), int(joined)
+    args = (*_controls_args(controls, ends_at_s), left, admission_s * 1000)
+    frontier, spent, joined, *held = await with_deadline(
+        client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
+    )
+    return Advanced(int(frontier), int(spent), int(joined), _controls(*held))
 
 
 class Snapshot(NamedTuple):
