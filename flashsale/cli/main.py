@@ -18,6 +18,7 @@ from flashsale.cli.parser import Parser, subcommands
 from flashsale.cli.processes import add_expiry, add_failover_watch, add_gateway, add_writer
 from flashsale.cli.reconcile import add_reconcile
 from flashsale.cli.report import add_report
+from flashsale.cli.room import add_room
 from flashsale.cli.sale import add_sale
 from flashsale.cli.stack import add_migrate, add_stack
 from flashsale.cli.tools import add_demo, add_token
@@ -36,6 +37,7 @@ COMMANDS = (
     add_writer,
     add_fleet,
     add_item,
+    add_room,
     add_watch,
     add_expiry,
     add_failover_watch,
@@ -50,8 +52,8 @@ COMMANDS = (
 DESCRIPTION = """\
 The flash-sale gateway's operator command line. A sale's life, in the order of the commands:
 start the stack and migrate; create a sale, check it (sale show), arm it; run gateways (or a
-fleet of them behind a balancer) and a writer; watch and pause items; run expiry; reconcile;
-report; vouchers alongside."""
+fleet of them behind a balancer) and a writer; watch and pause items, pause or pace a waiting
+room; run expiry; reconcile; report; vouchers alongside."""
 
 EPILOG = """\
 Exit status: 0 done; 1 failed (not found, not ready, drift, answered no); 2 usage error (an

@@ -159,6 +159,7 @@ def test_help_lists_the_commands_in_the_order_of_a_sale_s_life() -> None:
         "writer",
         "fleet",
         "item",
+        "room",
         "watch",
         "expiry",
         "failover-watch",
