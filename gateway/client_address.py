@@ -72,6 +72,11 @@ class ClientAddress:
             return self._forwarded(scope["headers"], peer)
         return peer if ":" not in peer else _key_of(peer)
 
+    def trusts_peer(self, scope: Mapping[str, Any]) -> bool:
+        """Is the TCP peer a trusted proxy? (Its verdict cached: no address parsing per call.)"""
+        client = scope.get("client")
+        return bool(self.trusted) and client is not None and self._is_trusted_peer(client[0])
+
     def is_trusted(self, address: Address) -> bool:
         return any(address in network for network in self.trusted)
 

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 from gateway.errors import Unavailable
 from gateway.outbox import Outbox
 from gateway.producer import NeverSent, OrderProducer, OutcomeUnknown
+from kernel.request_context import Headers
 from shard_router import ShardUnavailable
 
 log = logging.getLogger(__name__)
@@ -44,9 +45,12 @@ class HandOff(Generic[K, C]):
         self._producer = producer
         self._give_back = give_back
 
-    async def send(self, place: K, order_id: str, payload: bytes, context: C) -> None:
+    async def send(
+        self, place: K, order_id: str, payload: bytes, context: C, headers: Headers | None = None
+    ) -> None:
+        """``headers``: the Kafka message's (the request id and trace context)."""
         try:
-            await self._producer.send(self._topic, order_id.encode(), payload)
+            await self._producer.send(self._topic, order_id.encode(), payload, headers)
         except NeverSent as exc:
             log.warning("%s %s never sent: %s", self._what, order_id, exc)
             try:

@@ -25,6 +25,7 @@ from gateway.metrics import OUTBOX_ENTRIES, RELAYED
 from gateway.producer import OrderProducer
 from kernel.events import Event, decode
 from kernel.periodic import run_every
+from kernel.request_context import kafka_headers
 from kernel.round_robin import RoundRobin
 from kernel.settings import Settings
 
@@ -92,7 +93,10 @@ async def relay_once(
                 continue  # not ours to judge: reconciliation reports it
             if not isinstance(event, outbox.event):
                 continue
-            await producer.send(outbox.topic, order_id.encode(), payload)
+            # The entry holds the event only: the request id is the orderId's (a trusted
+            # proxy's id and the trace context went with the first send, if it got out).
+            headers = kafka_headers(order_id, None)
+            await producer.send(outbox.topic, order_id.encode(), payload, headers)
             outbox.acks.ack(place, order_id)
             sent += 1
     RELAYED.inc(sent)

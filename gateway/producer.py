@@ -20,6 +20,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from gateway.broker_probe import BrokerProbes
+from kernel.request_context import Headers
 from kernel.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -189,15 +190,24 @@ class OrderProducer:
         if error.code() == KafkaError._ALL_BROKERS_DOWN:
             self.available = False  # at once, not at the next metadata round
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+    ) -> None:
+        """``headers``: the message's Kafka headers (kernel/request_context.py), or none."""
         loop = self._loop or self._bind(asyncio.get_running_loop())
         now = loop.time()
         partition = self.partition(topic, now)
         # librdkafka reports a failure by message.timeout.ms; the sweep is the backstop.
         sent = _Send(loop.create_future(), topic, partition, key, value, now + self.timeout_s + 0.5)
+        sent.headers = headers
         try:
             self._producer.produce(
-                topic, value, key, partition=partition, on_delivery=partial(self._delivered, sent)
+                topic,
+                value,
+                key,
+                partition=partition,
+                on_delivery=partial(self._delivered, sent),
+                headers=headers,
             )
         except (BufferError, KafkaException) as exc:
             raise NeverSent(str(exc)) from exc
@@ -227,6 +237,7 @@ class OrderProducer:
                     sent.key,
                     partition=partition,
                     on_delivery=partial(self._delivered, sent),
+                    headers=sent.headers,
                 )
             except (BufferError, KafkaException):
                 continue  # the first copy still stands
@@ -292,7 +303,7 @@ class OrderProducer:
 class _Send:
     """One message awaiting its acknowledgement, and how many of its copies are unreported."""
 
-    __slots__ = ("copies", "deadline", "future", "key", "partition", "topic", "value")
+    __slots__ = ("copies", "deadline", "future", "headers", "key", "partition", "topic", "value")
 
     def __init__(
         self,
@@ -308,6 +319,7 @@ class _Send:
         self.partition = partition
         self.key = key
         self.value = value
+        self.headers: Headers | None = None  # kept for a copy (_send_again)
         self.deadline = deadline
         self.copies = 1
 

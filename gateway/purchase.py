@@ -36,6 +36,7 @@ from gateway.waiting_room.tickets import Signer
 from kernel.events import OrderPlaced, encode
 from kernel.failpoints import failpoint
 from kernel.ids import new_order_id
+from kernel.request_context import Headers, kafka_headers, traceparent, valid_request_id
 from shard_router import Outcome, ShardUnavailable, home_shard
 from shard_router.reserving import UnitMayBeHeld
 from shard_router.stock_events import publish
@@ -129,7 +130,7 @@ class PurchaseHandler:
             raise Unavailable()
         self.s.inflight += 1
         try:
-            return await self._reserve(item, user_id, now)
+            return await self._reserve(scope, item, user_id, now)
         finally:
             self.s.inflight -= 1
 
@@ -145,7 +146,7 @@ class PurchaseHandler:
             raise NotFound("ITEM_NOT_FOUND")
         return item
 
-    async def _reserve(self, item: Item, user_id: int, now: float) -> Answer:
+    async def _reserve(self, scope: dict[str, Any], item: Item, user_id: int, now: float) -> Answer:
         started = time.perf_counter()
         order_id = new_order_id(item.id)
         created_ms = int(now * 1000)
@@ -181,12 +182,31 @@ class PurchaseHandler:
         failpoint("gateway.after_reserve")
         unit_shard = reservation.unit_shard
         await self._hand_off.send(
-            (item.id, unit_shard), order_id, payload_for(unit_shard), (item.shards, user_id)
+            (item.id, unit_shard),
+            order_id,
+            payload_for(unit_shard),
+            (item.shards, user_id),
+            self._context(scope, order_id),
         )
         metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
         _count("accepted")
         body = encode_json({"orderId": order_id, "status": "PENDING"})
         return 202, raw_headers(body), body
+
+    def _context(self, scope: dict[str, Any], order_id: str) -> Headers:
+        """The Kafka headers that carry this order's request id and trace context: a trusted
+        proxy's X-Request-Id, else the orderId (kernel/request_context.py); a valid
+        traceparent, passed on; a malformed one of either is ignored. Only a 202 gets here."""
+        request_id = order_id
+        parent = None
+        for name, value in scope["headers"]:
+            if name == b"traceparent":
+                parent = traceparent(value.decode("latin-1"))
+            elif name == b"x-request-id" and self._address.trusts_peer(scope):
+                text = value.decode("latin-1")
+                if valid_request_id(text):
+                    request_id = text
+        return kafka_headers(request_id, parent)
 
     async def _sold_out(self, item_id: int) -> None:
         if not self.s.flags.is_sold_out(item_id):

@@ -16,6 +16,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from kernel.events import Event, decode
+from kernel.request_context import Context, Headers, from_kafka
 
 BIGINT = (-(2**63), 2**63 - 1)
 SMALLINT = (0, 2**15 - 1)
@@ -30,6 +31,11 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    # Its Kafka headers: the request id and trace context (kernel/request_context.py).
+    headers: Headers | None = None
+
+    def context(self) -> Context:
+        return from_kafka(self.headers, self.key)
 
 
 E = TypeVar("E", bound=Event)  # OrderPlaced, VoucherReserved

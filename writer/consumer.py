@@ -108,6 +108,7 @@ class StreamWriter(Generic[E]):
         await self.settler.settle(written)
         await self.source.commit(batch.offsets)
         self._count(len(records), written, letters)
+        self._log_each(written, letters)
 
     async def _store(self, rows: list[Row[E]]) -> tuple[Written[E], list[DeadLetter]]:
         """Store the batch; a batch PostgreSQL rejects outright is split to find the culprit."""
@@ -186,6 +187,28 @@ class StreamWriter(Generic[E]):
             described or f"no {plural}",
             len(letters),
         )
+
+    def _log_each(self, written: Written[E], letters: list[DeadLetter]) -> None:
+        """One line per dead letter (INFO) and per stored row (DEBUG: a sale's worth of orders
+        at INFO would drown everything else), each naming the request id and trace id it
+        came with, so one purchase can be followed from the gateway's answer to here."""
+        for letter in letters:
+            _log_record(logging.INFO, letter.record, f"dead-lettered ({letter.kind})")
+        if log.isEnabledFor(logging.DEBUG):
+            lettered = {id(letter.record) for letter in letters}
+            for d in written.decisions:
+                if id(d.row.record) not in lettered:
+                    _log_record(logging.DEBUG, d.row.record, f"{self.stream.noun} {d.fate.value}")
+
+
+def _log_record(level: int, record: Record, what: str) -> None:
+    context = record.context()
+    order_id = (record.key or b"").decode("utf-8", errors="backslashreplace")
+    if not order_id.isprintable():
+        order_id = repr(order_id)  # whoever wrote the topic wrote it: one line, escaped
+    fields = {**context.log_fields(), "order_id": order_id}
+    trace = f", trace {fields['trace_id']}" if "trace_id" in fields else ""
+    log.log(level, "%s %s: request %s%s", order_id, what, context.request_id, trace, extra=fields)
 
 
 def _dead_letters(written: Written[E]) -> list[DeadLetter]:

@@ -1,8 +1,10 @@
 """The dead-letter topic: every message the writer will not store as an order lands here, with
 why, before the batch's offsets are committed (idempotent producer, acks=all, flushed).
 
-A dead letter is JSON: ``{"reason", "topic", "partition", "offset", "payload"}``, the payload
-being the original message as text (undecodable bytes escaped). Delivery is at least once: a
+A dead letter is JSON: ``{"reason", "topic", "partition", "offset", "payload", "request_id"}``
+and ``traceparent`` when the message carried one, the payload being the original message as text
+(undecodable bytes escaped); the request id is the message's (kernel/request_context.py), and
+the message's headers go along. Delivery is at least once: a
 batch replayed after a crash may dead-letter the same record again; (topic, partition, offset)
 identifies it.
 """
@@ -24,12 +26,14 @@ log = logging.getLogger(__name__)
 FLUSH_TIMEOUT_S = 10.0
 
 
-class _Body(msgspec.Struct, frozen=True):
+class _Body(msgspec.Struct, frozen=True, omit_defaults=True):
     reason: str
     topic: str
     partition: int
     offset: int
     payload: str
+    request_id: str
+    traceparent: str | None = None
 
 
 _encode = msgspec.json.Encoder().encode
@@ -38,7 +42,18 @@ _encode = msgspec.json.Encoder().encode
 def body(letter: DeadLetter) -> bytes:
     record = letter.record
     payload = (record.value or b"").decode("utf-8", errors="backslashreplace")
-    return _encode(_Body(letter.reason, record.topic, record.partition, record.offset, payload))
+    context = record.context()
+    return _encode(
+        _Body(
+            letter.reason,
+            record.topic,
+            record.partition,
+            record.offset,
+            payload,
+            context.request_id,
+            context.traceparent,
+        )
+    )
 
 
 class DeadLetterProducer:
@@ -75,7 +90,11 @@ class DeadLetterProducer:
         for index, letter in enumerate(letters):
             try:
                 self._producer.produce(
-                    self.topic, body(letter), letter.record.key, on_delivery=delivered(index)
+                    self.topic,
+                    body(letter),
+                    letter.record.key,
+                    on_delivery=delivered(index),
+                    headers=letter.record.headers,
                 )
             except (BufferError, KafkaException) as exc:
                 log.warning("dead letter not queued: %s", exc)

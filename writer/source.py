@@ -116,7 +116,9 @@ class EventSource:
             topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
             if topic is None or partition is None or offset is None:
                 continue
-            records.append(Record(topic, partition, offset, msg.key(), msg.value()))
+            headers = msg.headers()  # a list of (name, value), as the producer gave them
+            listed = headers if isinstance(headers, list) else None
+            records.append(Record(topic, partition, offset, msg.key(), msg.value(), listed))
         return records
 
     def _commit(self, offsets: dict[Place, int]) -> bool:
