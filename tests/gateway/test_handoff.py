@@ -14,6 +14,7 @@ from gateway.handoff import HandOff
 from gateway.outbox import Outbox
 from gateway.producer import NeverSent, OrderProducer, OutcomeUnknown
 from kernel.events import VoucherReserved
+from kernel.request_context import Headers, kafka_headers
 from shard_router import ShardUnavailable
 
 
@@ -21,11 +22,15 @@ class FakeProducer:
     def __init__(self, fails_with: Exception | None = None) -> None:
         self.fails_with = fails_with
         self.sent: list[tuple[str, bytes, bytes]] = []
+        self.headers: list[Headers | None] = []
 
-    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+    async def send(
+        self, topic: str, key: bytes, value: bytes, headers: Headers | None = None
+    ) -> None:
         if self.fails_with is not None:
             raise self.fails_with
         self.sent.append((topic, key, value))
+        self.headers.append(headers)
 
 
 class FakeStore:
@@ -64,9 +69,11 @@ async def test_a_delivered_event_is_acked_and_nothing_goes_back() -> None:
     given_back: list[tuple[str, str, int]] = []
     producer = FakeProducer()
     hand_off, store = _hand_off(producer, given_back)
-    await hand_off.send("code", "o-1", b"{}", 7)
+    carried = kafka_headers("o-1", None)
+    await hand_off.send("code", "o-1", b"{}", 7, carried)
     await asyncio.sleep(0)  # the acks are flushed on the next loop tick
     assert producer.sent == [("topic", b"o-1", b"{}")]
+    assert producer.headers == [carried]  # the request id goes with the message
     assert store.acked == [("code", ["o-1"])]
     assert given_back == []
 

@@ -14,6 +14,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from gateway.producer import OrderProducer, OutcomeUnknown
+from kernel.request_context import kafka_headers
 from kernel.settings import Settings
 
 
@@ -88,13 +89,17 @@ async def test_the_broker_acknowledges_a_producer_with_a_chosen_partition(
 
 
 class _Recorder:
-    """librdkafka's produce, recorded: (partition, on_delivery) of each copy."""
+    """librdkafka's produce, recorded: (partition, on_delivery) of each copy, and its headers."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[int, Any]] = []
+        self.headers: list[Any] = []
 
-    def produce(self, *_args: object, partition: int, on_delivery: Any) -> None:
+    def produce(
+        self, *_args: object, partition: int, on_delivery: Any, headers: Any = None
+    ) -> None:
         self.sent.append((partition, on_delivery))
+        self.headers.append(headers)
 
     def poll(self, _timeout: float) -> int:
         return 0
@@ -113,15 +118,18 @@ async def test_a_send_to_a_partition_that_lost_its_leader_gets_a_copy_that_answe
     producer._producer = recorder  # type: ignore[assignment]
     for outcome in (None, "timed out"):
         recorder.sent.clear()
+        recorder.headers.clear()
         producer._sticky.clear()
         producer._judge({1: True, 2: True, 3: True})
         while producer.partition(cfg.orders_topic, asyncio.get_running_loop().time()) != 0:
             producer._sticky.clear()  # until the sticky partition is the one broker 1 leads
-        sending = asyncio.ensure_future(producer.send(cfg.orders_topic, b"k", b"v"))
+        carried = kafka_headers("edge-1", None)
+        sending = asyncio.ensure_future(producer.send(cfg.orders_topic, b"k", b"v", carried))
         await asyncio.sleep(0)
         assert [p for p, _ in recorder.sent] == [0]
         producer._judge({1: False, 2: True, 3: True})  # broker 1 stopped answering
         assert [p for p, _ in recorder.sent] == [0, 1]
+        assert recorder.headers == [carried, carried]  # the copy names the same request
         recorder.sent[0][1]("message timed out", None)  # the first copy's report
         await asyncio.sleep(0)
         assert not sending.done()
