@@ -21,7 +21,7 @@ import uvloop
 from kernel.fd_limit import raise_open_files_limit
 
 SUMMARY_PREFIX = "ATTACK_JSON "
-# Printed once every socket is open and the server has closed one (the attack in full swing):
+# Printed once every socket has tried to connect and the server has closed one (in full swing):
 # what a test waits for before it measures a buyer.
 READY_LINE = "ATTACK_READY"
 SLOW_HEAD = b"POST /api/flash-sales/items/1/purchase HTTP/1.1\r\nHost: x\r\nX-Slow: "
@@ -102,6 +102,7 @@ class Attack:
         self.over = False
         self.dripping: set[Attacker] = set()
         self.pending: set[asyncio.Task[None]] = set()
+        self.first_tries = 0
 
     def open(self, drip: bool) -> None:
         task = asyncio.get_running_loop().create_task(self._connect(drip))
@@ -110,6 +111,7 @@ class Attack:
 
     async def _connect(self, drip: bool) -> None:
         loop = asyncio.get_running_loop()
+        first = True
         while not self.over:
             try:
                 await loop.create_connection(lambda: Attacker(self, drip), self.host, self.port)
@@ -117,6 +119,10 @@ class Attack:
             except OSError:
                 self.tally.failed += 1
                 await asyncio.sleep(RECONNECT_PAUSE_S)
+            finally:
+                if first:  # this socket's first connect has an outcome, either way
+                    self.first_tries += 1
+                    first = False
 
     async def run(self, silent: int, slowloris: int, seconds: float) -> Tally:
         until = time.monotonic() + seconds
@@ -125,10 +131,12 @@ class Attack:
         announced = False
         while (left := until - time.monotonic()) > 0:
             await asyncio.sleep(min(left, DRIP_S))
-            if not announced and self.tally.opened >= silent + slowloris:
-                if self.tally.closed_by_server > 0:
-                    print(READY_LINE, flush=True)
-                    announced = True
+            # Every socket has tried once (a full listen queue may refuse some: they retry)
+            # and the server is closing them: the attack is in full swing.
+            swinging = self.first_tries >= silent + slowloris and self.tally.closed_by_server
+            if swinging and not announced:
+                print(READY_LINE, flush=True)
+                announced = True
             for conn in list(self.dripping):
                 conn.drip_one()
         self.over = True
