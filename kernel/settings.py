@@ -243,9 +243,6 @@ class Settings:
     # text: one "time pid logger level message" line per event; json: one JSON object per
     # line, with the request id and trace id of the order it concerns (docs/operations.md).
     log_format: str = "text"
-    # OpenTelemetry spans (the [otel] extra; OTEL_* variables pick the exporter): 0 imports
-    # nothing of it, and the purchase path pays one attribute test.
-    otel: int = 0
 
     # Waiting room (docs/waiting-room.md), a per-sale option. Tickets and admissions
     # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
@@ -297,7 +294,6 @@ _AT_LEAST_1 = msgspec.Meta(ge=1)  # a bucket's burst: below one token nothing ev
 _RANGES: dict[str, msgspec.Meta] = {
     "writer_metrics_port": _PORT_OR_CHOICE,
     "reconcile_metrics_port": _PORT_OR_CHOICE,
-    "otel": msgspec.Meta(ge=0, le=1),
     **dict.fromkeys(
         (
             "orders_partitions",

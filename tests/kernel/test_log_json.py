@@ -71,8 +71,6 @@ def test_the_format_is_a_checked_setting() -> None:
     assert logs.config(load_settings({}))["formatters"]["line"] == {"format": logs.FORMAT}
     with pytest.raises(SystemExit, match="FLASHSALE_LOG_FORMAT='xml'"):
         load_settings({"FLASHSALE_LOG_FORMAT": "xml"})
-    with pytest.raises(SystemExit, match="FLASHSALE_OTEL=2"):
-        load_settings({"FLASHSALE_OTEL": "2"})
 
 
 @pytest.mark.parametrize(
