@@ -157,12 +157,12 @@ class Settings:
     # stops accepting. At least the balancer's time to notice: haproxy's fall x inter (the fleet:
     # 2 x 400 ms), Kubernetes' failureThreshold x periodSeconds plus endpoint propagation.
     gateway_drain_delay_ms: int = 2000
-    # Admission (gateway/admission.py): a request that has waited in the event loop longer
-    # than the target, or arrives while every loop turn of the last interval overran it, is
-    # answered 503 OVERLOADED before any work (0: measure turns, refuse nothing). At half load
-    # 98.4% of the loop's turns took ≤ 50 ms: see admission.py for the measurements.
+    # Admission (gateway/admission.py), CoDel-like: a request arriving while every reservation
+    # of the last interval took longer than the target (a standing queue, not a burst) is
+    # answered 503 OVERLOADED before any work (0: measure, refuse nothing). The interval covers
+    # the hand-over of a burst answered within a second: see admission.py for the measurements.
     admission_target_ms: float = 50.0
-    admission_interval_ms: float = 100.0
+    admission_interval_ms: float = 200.0
     # Order lookups, pay and cancel, per buyer; /metrics and /readyz, per client address.
     order_rate_per_s: float = 2.0
     order_burst: float = 20.0
