@@ -15,6 +15,7 @@ import pytest
 from flashsale.stack.processes import settings_env, wait_until
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.http import client_session
 from shard_router import ShardRouter
 from tests.faults.conftest import FAULTS_PORT, RATE, SHARDS, show
 from tests.faults.fates import fates, summary
@@ -41,7 +42,7 @@ async def _buy_at_once(system: System, item_id: int, buyers: list[int]) -> list[
     """Purchases sent together to the doomed gateway: their Lua calls share a batch, so several
     units are taken before the first buyer's request reaches the failpoint and kills it."""
     timeout = aiohttp.ClientTimeout(total=system.deadline_s)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with client_session(timeout=timeout) as session:
         got = await asyncio.gather(
             *(buy(session, system.bases[1], item_id, sign_token(system.cfg, b)) for b in buyers)
         )

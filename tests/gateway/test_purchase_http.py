@@ -19,6 +19,7 @@ import pytest
 
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.http import client_session
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,9 +48,8 @@ def gateway(live_stack: Settings) -> Iterator[str]:
 async def _race(base: str, cfg: Settings, item_id: int, user_ids: list[int]) -> list[Answer]:
     """Every buyer presses Buy at once (aiohttp: httpx's client adds ~30 ms a request here)."""
     tokens = [sign_token(cfg, u) for u in user_ids]
-    connector = aiohttp.TCPConnector(limit=200)
     timeout = aiohttp.ClientTimeout(total=30)
-    async with aiohttp.ClientSession(base, connector=connector, timeout=timeout) as session:
+    async with client_session(base, limit=200, timeout=timeout) as session:
 
         async def buy(token: str) -> Answer:
             async with session.post(

@@ -19,6 +19,7 @@ import pytest
 from gateway.auth import sign_token
 from gateway.catalog import Catalog, CatalogQuery
 from kernel.settings import Settings
+from rig.http import client_session
 from tests.support.gateway import running_gateway
 
 PORT = 18411  # this module's gateway
@@ -48,7 +49,7 @@ async def test_no_read_without_a_token_nor_for_an_unknown_item_seen_recently(
     gateway: str, live_stack: Settings
 ) -> None:
     unknown = [random.randrange(10**12, 10**13) for _ in range(500)]
-    async with aiohttp.ClientSession(gateway) as http:
+    async with client_session(gateway) as http:
         before = await _reads(http)
         for headers in ({}, {"Authorization": "Bearer not-a-token"}):
             answers = await asyncio.gather(*(_purchase(http, i, headers) for i in unknown))
@@ -97,7 +98,7 @@ async def test_concurrent_misses_of_one_key_share_one_read() -> None:
 
 @pytest.mark.integration
 async def test_another_method_on_the_purchase_route_is_405_with_allow(gateway: str) -> None:
-    async with aiohttp.ClientSession(gateway) as http:
+    async with client_session(gateway) as http:
         before = await _reads(http)
         for method in ("PUT", "GET", "DELETE", "PATCH"):
             path = "/api/flash-sales/items/1/purchase"

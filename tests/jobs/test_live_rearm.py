@@ -20,6 +20,7 @@ from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from jobs.reconcile import ItemReport, reconcile
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from shard_router import ShardRouter
 from tests.jobs.sales import users
@@ -107,7 +108,7 @@ async def test_re_arming_a_live_sale_is_refused_and_arming_it_paused_loses_nothi
     async def set_paused(paused: bool) -> None:
         await db.execute("update flash_sale_item set paused = $2 where id = $1", item, paused)
 
-    async with aiohttp.ClientSession(gateway, connector=aiohttp.TCPConnector(limit=100)) as http:
+    async with client_session(gateway, limit=100) as http:
 
         async def buyer(user: int) -> tuple[int, str]:
             await asyncio.sleep(rng.random() * BUYING_S)

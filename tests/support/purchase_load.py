@@ -14,6 +14,7 @@ import aiohttp
 
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.http import client_session
 
 REQUEST_TIMEOUT_S = 15.0  # far past every deadline of the gateway: a hang shows as status 0
 
@@ -106,11 +107,8 @@ class PurchaseLoad:
         return LoadResult(await self._task)
 
     async def _run(self) -> list[Answer]:
-        # Idle connections closed before the gateway's header timeout closes them: a reused
-        # connection the server is closing would fail a request it never received.
-        connector = aiohttp.TCPConnector(limit=2000, keepalive_timeout=1.0)
         timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-        async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        async with client_session(limit=2000, timeout=timeout) as session:
             pending = []
             for i, token in enumerate(self._tokens):
                 due = i / self._rate

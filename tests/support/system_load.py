@@ -22,11 +22,9 @@ import aiohttp
 
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.http import client_session
 
 CONNECTIONS = 1000  # more than the requests in flight at once at any rate the tests use
-# Idle connections are dropped before the gateway closes them (gateway_header_timeout_ms, 2 s),
-# as a balancer must: else a request may go out on a connection the gateway is closing.
-KEEPALIVE_S = 1.0
 LATE_MARGIN_S = 5.0  # a request is cut this long past its deadline: lateness stays measurable
 
 
@@ -128,8 +126,7 @@ class OpenLoad:
             self._loop.close()
 
     async def _run(self) -> list[Answer]:
-        connector = aiohttp.TCPConnector(limit=CONNECTIONS, keepalive_timeout=KEEPALIVE_S)
-        async with aiohttp.ClientSession(connector=connector, timeout=self._timeout) as session:
+        async with client_session(limit=CONNECTIONS, timeout=self._timeout) as session:
             pending = []
             for i, (buyer, token) in enumerate(zip(self.buyers, self._tokens, strict=True)):
                 due = i / self._rate

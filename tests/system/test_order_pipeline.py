@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import itertools
+import json
 import time
 import uuid
 from collections import Counter
@@ -16,11 +17,13 @@ import asyncpg
 import pytest
 
 from domain.order_lifecycle import PayResult, expire_due, pay
+from flashsale import http_retry
 from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from jobs.expiry import expire_once
 from jobs.reconcile import ItemReport, reconcile
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from shard_router import ShardRouter, shard_keys
 from tests.support.constants import PIPELINE_PORT, QUICK_RELAY
@@ -50,16 +53,16 @@ async def _buy_all(
     """Every buyer presses Buy at once. A 503 means "could not confirm" (a deadline passed on
     this shared 2-core box): like a real client, the buyer retries after Retry-After, and gets
     202, 410, or 409 with the orderId the first attempt did take."""
-    async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=200)) as s:
+    async with client_session(base, limit=200) as s:
 
         async def buy(user: int) -> tuple[int, int, dict[str, str]]:
             headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
+            path = f"/api/flash-sales/items/{item_id}/purchase"
             for _ in range(50):
-                async with s.post(
-                    f"/api/flash-sales/items/{item_id}/purchase", headers=headers
-                ) as response:
-                    answer = user, response.status, await response.json()
-                if response.status != 503 or not retry_503:
+                # A lost connection is resent like the project's other clients do (idempotent).
+                status, body, _retry_after = await http_retry.answer(s, "POST", path, headers)
+                answer = user, status, json.loads(body)
+                if status != 503 or not retry_503:
                     break
                 await asyncio.sleep(0.2)
             return answer
@@ -130,7 +133,7 @@ async def test_pay_cancel_and_late_payment(
     answers = await _buy_all(gateway, live_stack, item_id, [payer, canceller])
     orders = {user: body["orderId"] for user, _, body in answers}
     await _stored(db, item_id, 2)
-    async with aiohttp.ClientSession(gateway) as s:
+    async with client_session(gateway) as s:
 
         async def call(user: int, order_id: str, action: str) -> tuple[int, dict[str, str]]:
             headers = {"Authorization": f"Bearer {sign_token(live_stack, user)}"}

@@ -13,7 +13,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import msgspec
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -21,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from rig.waiting import until
@@ -65,7 +65,7 @@ def _pipeline(cfg: Settings, t: Topics, logs: Path, trusted: str) -> Iterator[st
 async def _buy(cfg: Settings, base: str, item_id: int, headers: dict[str, str]) -> str:
     auth = {"Authorization": f"Bearer {sign_token(cfg, uuid.uuid4().int % 10**12)}"}
     async with (
-        aiohttp.ClientSession(base) as session,
+        client_session(base) as session,
         session.post(
             f"/api/flash-sales/items/{item_id}/purchase", headers={**auth, **headers}
         ) as response,

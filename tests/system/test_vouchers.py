@@ -26,6 +26,7 @@ from jobs.expiry import expire_once
 from jobs.voucher_reconcile import reconcile_vouchers
 from kernel.events import VoucherReserved, encode
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.sale import running_writer
 from rig.waiting import until
 from shard_router import VoucherStore, voucher_keys
@@ -86,7 +87,7 @@ def gateway(live_stack: Settings, env: dict[str, str], voucher_writer: None) -> 
 
 @pytest.fixture
 async def http(gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(gateway, connector=aiohttp.TCPConnector(limit=200)) as s:
+    async with client_session(gateway, limit=200) as s:
         yield s
 
 
@@ -105,8 +106,7 @@ def combining_gateway(
 
 @pytest.fixture
 async def combining(combining_gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
-    connector = aiohttp.TCPConnector(limit=200)
-    async with aiohttp.ClientSession(combining_gateway, connector=connector) as s:
+    async with client_session(combining_gateway, limit=200) as s:
         yield s
 
 
@@ -381,7 +381,7 @@ def short_hold_gateway(
 async def test_unconfirmed_reservations_expire_once_and_come_back(
     short_hold_gateway: str, db: asyncpg.Pool, voucher_store: VoucherStore
 ) -> None:
-    async with aiohttp.ClientSession(short_hold_gateway) as http:
+    async with client_session(short_hold_gateway) as http:
         # The writer first joins its group: wait for one stored use before the 3 s hold counts.
         warm = await _create(http, "flash", 1)
         assert (await _reserve(http, warm, 1, _order_id()))[0] == 201
@@ -816,7 +816,7 @@ async def test_a_gateway_killed_between_redis_and_kafka_leaves_no_ghost_hold(
     order_id = _order_id()
     doomed_env = _gateway_env(env, failpoints=("gateway.after_voucher_reserve",))
     with running_gateway(live_stack, SHORT_HOLD_PORT, **doomed_env) as doomed:
-        async with aiohttp.ClientSession(doomed) as other:
+        async with client_session(doomed) as other:
             with pytest.raises(aiohttp.ClientError):
                 await _reserve(other, code, 9, order_id)
     # Taken; Kafka never saw it from that one.
