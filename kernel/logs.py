@@ -2,9 +2,10 @@
 the process sends to its log file (``flashsale demo``: ``.stack/logs/demo-<name>.log``).
 
 ``log_format``: ``text`` (the line below) or ``json``, one JSON object per line per event, for a
-log shipper. The JSON is msgspec's (already a dependency), and every character that is not printable
-is escaped, so untrusted text in a message cannot break the line or reach a terminal raw; the formatter is a few lines of stdlib
-``logging.Formatter``, which python-json-logger would add a dependency for.
+log shipper. The JSON is msgspec's (already a dependency), and every character that is not
+printable is escaped, so untrusted text in a message cannot break the line or reach a terminal
+raw; the formatter is a few lines of stdlib ``logging.Formatter``, which python-json-logger would
+add a dependency for.
 """
 
 from __future__ import annotations

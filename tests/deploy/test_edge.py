@@ -1,7 +1,7 @@
-"""The balancer as the edge (docs/fleet.md), with a real haproxy rendered by flashsale/fleet/haproxy.py
-in front of a backend that answers when the test lets it: its overload 503 is the gateway's
-admission refusal byte for byte, and silent, slowloris and idle connections are cut by haproxy
-within its timeouts while a buyer is still answered."""
+"""The balancer as the edge (docs/fleet.md), with a real haproxy rendered by
+flashsale/fleet/haproxy.py in front of a backend that answers when the test lets it: its
+overload 503 is the gateway's admission refusal byte for byte, and silent, slowloris and idle
+connections are cut by haproxy within its timeouts while a buyer is still answered."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -73,8 +74,9 @@ def _voucher_hold(t: Target) -> Awaitable[bool]:
     return t.store.holds_order(t.code, str(uuid.uuid4()))
 
 
-def _room_tick(t: Target) -> Awaitable[tuple[int, int, int]]:
-    return queue.advance(t.router.client, t.sale, 10, 5, 10)
+def _room_tick(t: Target) -> Awaitable[queue.Advanced]:
+    controls = queue.Controls(version=0, paused=False, rate=10)
+    return queue.advance(t.router.client, t.sale, controls, time.time() + 60, 5, 10)
 
 
 def _room_places(t: Target) -> Awaitable[bool]:
