@@ -201,7 +201,8 @@ def test_a_slow_body_is_cut_by_the_balancer_and_never_reaches_a_gateway(
 
 def test_an_idle_keep_alive_connection_is_cut_by_the_balancer(production: Edged) -> None:
     with _connect(production.balancer) as conn:
-        conn.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        # A buyer route: the public listener forwards only those (edge_public_prefixes).
+        conn.sendall(b"GET /api/flash-sales/orders/x HTTP/1.1\r\nHost: x\r\n\r\n")
         conn.settimeout(5)
         assert conn.recv(4096).startswith(b"HTTP/1.1 200")
         lived = _closed_after(conn)
