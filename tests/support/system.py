@@ -306,4 +306,6 @@ def _calm(before: list[Answer]) -> Check:
     seen = Counter(a.label for a in before)
     odd = {label: n for label, n in seen.items() if label not in ("202", "410", "503 OVERLOADED")}
     ok = bool(seen["202"]) and not odd
-    return Check("sold as usual before the fault", ok, f"answers then: {dict(seen)}")
+    due = sorted(round(a.due_s, 2) for a in before if a.label in odd)
+    when = f", the others due at {due[:10]} s" if due else ""
+    return Check("sold as usual before the fault", ok, f"answers then: {dict(seen)}{when}")
