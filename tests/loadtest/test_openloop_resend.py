@@ -50,6 +50,8 @@ async def test_a_request_dropped_on_a_reused_connection_is_sent_again() -> None:
     finally:
         server.close()
         await server.wait_closed()
-    assert summary["resent"] == DROPPING, summary  # the race happened, and was resent
+    # The race happened and was resent; how many of the dropping connections were reused
+    # before the load ended depends on the scheduling (a connection used once is never dropped).
+    assert 1 <= summary["resent"] <= DROPPING, summary
     assert summary["statuses"] == {"200": REQUESTS}, summary
     assert summary["errors"] == 0 and summary["unanswered"] == 0, summary
