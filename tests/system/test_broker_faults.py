@@ -314,9 +314,11 @@ def test_one_broker_hung_of_three_changes_nothing_for_buyers(
     # standing queue 503 OVERLOADED, before any work. Measured and printed above, not hidden:
     # buyers do see that window (docs/reliability.md). Before it and once it is over, nothing.
     fenced_s = 5 + HUNG_S + cfg3.kafka_session_timeout_ms / 1000 + DETECT_S
-    outside = [a for a in answers if a.due_s < 5 or a.due_s >= fenced_s]
+    # Answered before the hang began, or due once the fence has passed: a request due just
+    # before the hang may still be in flight when it strikes.
+    outside = [a for a in answers if a.done_s < 5 or a.due_s >= fenced_s]
     assert {a.status for a in outside} <= {202, 410}, Counter(a.label for a in outside)
-    during = [a for a in answers if a.status != 202 and 5 <= a.due_s < fenced_s]
+    during = [a for a in answers if a.status != 202 and a not in outside]
     assert {a.label for a in during} <= {"410", "503 OVERLOADED", "503 UNAVAILABLE"}
     assert all(a.retry_after for a in during if a.status == 503)
     assert not any(a.order_id for a in during if a.label == "503 OVERLOADED")  # took nothing
