@@ -64,6 +64,10 @@ class RouteLimits:
         self.ops = TokenBuckets(cfg.ops_rate_per_s, cfg.ops_burst)
         # A sale's waiting room: joins and polls per buyer (gateway/waiting_room/join.py, poll.py).
         self.queue = TokenBuckets(cfg.waiting_room_buyer_rate_per_s, cfg.waiting_room_buyer_burst)
+        # Joins per client address: one address must not join a crowd of buyer ids.
+        self.joins = TokenBuckets(
+            cfg.waiting_room_join_address_rate_per_s, cfg.waiting_room_join_address_burst
+        )
         # Wrong admin and service tokens, per address (gateway/requests.py require_bearer).
         self.auth_failures = TokenBuckets(cfg.auth_failure_rate_per_s, cfg.auth_failure_burst)
 

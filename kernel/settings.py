@@ -259,6 +259,11 @@ class Settings:
     # Retry-After polls at most once a second; a bot that hammers gets 429.
     waiting_room_buyer_rate_per_s: float = 2.0
     waiting_room_buyer_burst: float = 10.0
+    # Joins per client address, its own bucket (the shared per-IP one allows 20,000/s): a
+    # household or an office behind one NAT joins a few buyers at once, a bot farm on one
+    # address joins thousands of buyer ids. Behind the balancer the address is the client's.
+    waiting_room_join_address_rate_per_s: float = 1.0
+    waiting_room_join_address_burst: float = 20.0
 
     # Named failpoints armed for tests (comma separated), inert otherwise.
     failpoints: tuple[str, ...] = ()
@@ -332,6 +337,7 @@ _RANGES: dict[str, msgspec.Meta] = {
             "order_rate_per_s",
             "ops_rate_per_s",
             "waiting_room_buyer_rate_per_s",
+            "waiting_room_join_address_rate_per_s",
             "auth_failure_rate_per_s",
             "borrow_lease_ms",
         ),
@@ -344,6 +350,7 @@ _RANGES: dict[str, msgspec.Meta] = {
             "order_burst",
             "ops_burst",
             "waiting_room_buyer_burst",
+            "waiting_room_join_address_burst",
             "auth_failure_burst",
         ),
         _AT_LEAST_1,

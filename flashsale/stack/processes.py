@@ -155,7 +155,12 @@ def _env_value(value: object) -> str:
 _LOCAL_STACK = {PREFIX + "ENV": "local"}
 # Every loopback crowd (the demo's, the tests', the load tests') comes from 127.0.0.1: the per-IP
 # bucket is lifted for the gateways they start, or it would be what stops them.
-LIFTED_IP_LIMITS = {"ip_rate_per_s": 100_000_000, "ip_burst": 100_000_000}
+LIFTED_IP_LIMITS = {
+    "ip_rate_per_s": 100_000_000,
+    "ip_burst": 100_000_000,
+    "waiting_room_join_address_rate_per_s": 100_000_000,
+    "waiting_room_join_address_burst": 100_000_000,
+}
 
 
 def spawn_group(

@@ -30,6 +30,7 @@ async def join(request: Request) -> Response:
     s = services(request)
     buyer = s.verifier.user_id(request.headers.get("authorization"))
     limits.queue.check(buyer)
+    limits.joins.check(address)  # after the token: a forged one must not spend the address's
     rooms: WaitingRooms = state.rooms
     room = await open_room(rooms, path_param(request, "sale_id", database_id, "SALE_NOT_FOUND"))
     now = time.time()
