@@ -14,7 +14,8 @@ async def until(
     check: Callable[[], object | Awaitable[object]],
     timeout_s: float = 30,
     what: str = "condition",
+    interval: float = 0.05,
 ) -> None:
     """``wait_until_async``, failing (AssertionError) past ``timeout_s``."""
-    if not await wait_until_async(check, timeout_s):
+    if not await wait_until_async(check, timeout_s, interval):
         raise AssertionError(f"{what} not met within {timeout_s:g}s")
