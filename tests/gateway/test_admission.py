@@ -15,6 +15,7 @@ import httpx
 import pytest
 import uvloop
 
+from flashsale.stack.processes import settings_env
 from gateway.admission import REFUSED, SOJOURNS, TICK_S, Admission
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
@@ -147,11 +148,7 @@ def test_a_zero_target_turns_admission_off() -> None:
 
 @pytest.fixture(scope="module")
 def gateway(live_stack: Settings) -> Iterator[str]:
-    env = {
-        "FLASHSALE_IP_RATE_PER_S": str(LIFTED_IP_LIMITS["ip_rate_per_s"]),
-        "FLASHSALE_IP_BURST": str(LIFTED_IP_LIMITS["ip_burst"]),
-        "FLASHSALE_ADMISSION_TARGET_MS": "1",
-    }
+    env = settings_env(**LIFTED_IP_LIMITS, admission_target_ms=1)
     with running_gateway(live_stack, ADMISSION_PORT, **env) as base:
         yield base
 

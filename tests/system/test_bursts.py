@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from kernel.settings import Settings
 from loadtest.generators import vegeta
@@ -52,13 +53,9 @@ class Target:
 
 @pytest.fixture(scope="module")
 def target(live_stack: Settings) -> Iterator[Target]:
-    env = {
-        "FLASHSALE_IP_RATE_PER_S": str(LIFTED_IP_LIMITS["ip_rate_per_s"]),
-        "FLASHSALE_IP_BURST": str(LIFTED_IP_LIMITS["ip_burst"]),
-        # The burst's connections are all open before its first byte: on a busy box opening
-        # a thousand takes seconds, past the 2 s a connection may idle before its request.
-        "FLASHSALE_GATEWAY_HEADER_TIMEOUT_MS": "30000",
-    }
+    # The burst's connections are all open before its first byte: on a busy box opening a
+    # thousand takes seconds, past the 2 s a connection may idle before its request.
+    env = settings_env(**LIFTED_IP_LIMITS, gateway_header_timeout_ms=30000)
     with running_gateway(live_stack, BURSTS_PORT, **env) as base:
         # Stock for every request of the module: nothing is ever sold out.
         item_id = new_sale(base, 10_000_000, 4)["items"][0]["itemId"]
