@@ -33,7 +33,12 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
     refuse_dev_secrets(cfg)
     address = ClientAddress(cfg.trusted_proxies)
     front = FlashSaleApp(
-        Admission(cfg.admission_target_ms / 1000, cfg.admission_interval_ms / 1000),
+        Admission(
+            cfg.admission_target_ms / 1000,
+            cfg.admission_interval_ms / 1000,
+            cfg.admission_budget_ms / 1000,
+            cfg.admission_min_in_flight,
+        ),
         cfg.body_timeout_ms / 1000,
     )
 

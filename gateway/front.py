@@ -2,7 +2,8 @@
 other route to the Starlette app.
 
 Its order: the sold-out flag's 410 (the cheapest answer, and a final one) → admission (503
-OVERLOADED for a request that waited too long or arrives while the loop is behind) → the
+OVERLOADED for a request that waited too long, arrives while a queue stands, or finds the
+in-flight cap reached; every admitted request is counted until it is answered) → the
 purchase handler, a waiting room's poll, or Starlette with a deadline on the request body."""
 
 from __future__ import annotations
@@ -50,30 +51,42 @@ class FlashSaleApp:
                 await send(_SOLD_OUT_START)
                 await send(_SOLD_OUT_BODY)
                 return
-            if path not in UNGATED and not self.admission.admit():
+            if path in UNGATED:
+                await self._route(scope, receive, send, path)
+                return
+            if not self.admission.admit():
                 await send(OVERLOADED_START)
                 await send(OVERLOADED_BODY)
                 return
-            if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
-                if scope["method"] != "POST":
-                    await _not_allowed(send)
-                    return
-                if self.purchase is None:
-                    raise RuntimeError("purchase route called before start-up")
-                await self.purchase(scope, send, path[len(PURCHASE_PREFIX) : -len(PURCHASE_SUFFIX)])
+            try:
+                await self._route(scope, receive, send, path)
+            finally:
+                self.admission.answered()
+            return
+        await self.inner(scope, receive, send)
+
+    async def _route(self, scope: dict[str, Any], receive: Any, send: Any, path: str) -> None:
+        """A request past the flag and admission, to its handler."""
+        if path.startswith(PURCHASE_PREFIX) and path.endswith(PURCHASE_SUFFIX):
+            if scope["method"] != "POST":
+                await _not_allowed(send)
                 return
-            if (
-                scope["method"] == "GET"
-                and path.startswith(QUEUE_PREFIX)
-                and path.endswith(QUEUE_SUFFIX)
-            ):
-                if self.room_poll is None:
-                    raise RuntimeError("queue poll called before start-up")
-                # Polls come every Retry-After from everyone waiting: no framework either.
-                await self.room_poll(scope, send, path[len(QUEUE_PREFIX) : -len(QUEUE_SUFFIX)])
-                return
-            if scope["method"] in _BODY_METHODS:
-                receive = with_deadline(receive, self.body_timeout_s)
+            if self.purchase is None:
+                raise RuntimeError("purchase route called before start-up")
+            await self.purchase(scope, send, path[len(PURCHASE_PREFIX) : -len(PURCHASE_SUFFIX)])
+            return
+        if (
+            scope["method"] == "GET"
+            and path.startswith(QUEUE_PREFIX)
+            and path.endswith(QUEUE_SUFFIX)
+        ):
+            if self.room_poll is None:
+                raise RuntimeError("queue poll called before start-up")
+            # Polls come every Retry-After from everyone waiting: no framework either.
+            await self.room_poll(scope, send, path[len(QUEUE_PREFIX) : -len(QUEUE_SUFFIX)])
+            return
+        if scope["method"] in _BODY_METHODS:
+            receive = with_deadline(receive, self.body_timeout_s)
         await self.inner(scope, receive, send)
 
 

@@ -164,6 +164,11 @@ class Settings:
     # hand-over of a burst answered within a second: see admission.py for the measurements.
     admission_target_ms: float = 250.0
     admission_interval_ms: float = 500.0
+    # The latency budget: a request that waited this long is refused, and a process holds at
+    # most its best answer rate of the last 5 s times the budget in admitted requests (the
+    # in-flight cap), never fewer than the floor (a sale's first burst comes before any rate).
+    admission_budget_ms: float = 1000.0
+    admission_min_in_flight: int = 1024
     # Order lookups, pay and cancel, per buyer; /metrics and /readyz, per client address.
     order_rate_per_s: float = 2.0
     order_burst: float = 20.0
@@ -318,6 +323,8 @@ _RANGES: dict[str, msgspec.Meta] = {
             "gateway_header_timeout_ms",
             "body_timeout_ms",
             "admission_interval_ms",
+            "admission_budget_ms",
+            "admission_min_in_flight",
             "outbox_relay_interval_ms",
             "outbox_relay_scan_budget",
             "writer_batch_size",

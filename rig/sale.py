@@ -45,14 +45,22 @@ READY_TIMEOUT_S = 30.0
 
 @contextmanager
 def running_gateway(
-    cfg: Settings, port: int, *, env: Mapping[str, str] | None = None, log: Path | None = None
+    cfg: Settings,
+    port: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    log: Path | None = None,
+    core: int | str | None = None,
 ) -> Iterator[str]:
     """A gateway (``python -m gateway``) on ``port`` for the block, with ``env``
-    (``FLASHSALE_*``) on top of ours, its output appended to ``log`` if given; yields its base
-    URL once it is ready."""
+    (``FLASHSALE_*``) on top of ours, its output appended to ``log`` if given, pinned to
+    ``core`` (a ``taskset`` list) if given; yields its base URL once it is ready."""
     base = f"http://{cfg.gateway_host}:{port}"
     environ = {**settings_env(gateway_port=port), **(env or {})}
-    with process_group([sys.executable, "-m", "gateway"], env=environ, log=log) as proc:
+    argv = [sys.executable, "-m", "gateway"]
+    if core is not None:
+        argv = ["taskset", "-c", str(core), *argv]
+    with process_group(argv, env=environ, log=log) as proc:
         wait_ready(proc, http_ready(f"{base}/readyz"), READY_TIMEOUT_S, "gateway", log)
         yield base
 

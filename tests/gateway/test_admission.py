@@ -16,7 +16,7 @@ import pytest
 import uvloop
 
 from flashsale.stack.processes import settings_env
-from gateway.admission import REFUSED, SOJOURNS, TICK_S, Admission
+from gateway.admission import RATE_SLOTS, REFUSED, SOJOURNS, TICK_S, Admission
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
@@ -116,6 +116,30 @@ def test_quiet_for_an_interval_forgets_the_slow_ones() -> None:
     gate.observe_sojourns(0, 0, 100.0 + INTERVAL_S)
     gate.observe_sojourns(5, 0, 100.0 + INTERVAL_S + 0.001)  # a new burst's first, not a queue
     assert not gate.behind
+
+
+def test_past_the_in_flight_cap_a_request_is_refused_until_one_is_answered() -> None:
+    gate = Admission(TARGET_S, INTERVAL_S, min_in_flight=3)
+    before = REFUSED.counts[("in_flight",)]
+    assert [gate.admit() for _ in range(4)] == [True, True, True, False]
+    assert REFUSED.counts[("in_flight",)] - before == 1
+    gate.answered()
+    assert gate.admit() and not gate.admit()
+
+
+def test_the_in_flight_cap_is_the_best_answer_rate_of_the_last_seconds_times_the_budget() -> None:
+    gate = Admission(TARGET_S, INTERVAL_S, budget_s=0.5, min_in_flight=10)
+    start = gate._slot_started  # noqa: SLF001 - the rate's clock, driven by hand here
+    for _ in range(400):  # 400 answered in one second: 400/s, so 200 in half a second
+        assert gate.admit()
+        gate.answered()
+    gate.close_rate_slot(start + 1.0)
+    assert gate.limit == 200
+    for second in range(2, 2 + RATE_SLOTS - 1):  # quiet seconds: the best one still counts
+        gate.close_rate_slot(start + second)
+        assert gate.limit == 200
+    gate.close_rate_slot(start + 1 + RATE_SLOTS)  # the busy second has left the window
+    assert gate.limit == 10  # the floor
 
 
 def test_the_target_is_judged_at_the_sojourn_histograms_bound() -> None:

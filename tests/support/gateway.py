@@ -19,14 +19,19 @@ SERVICE = {"Authorization": f"Bearer {settings().service_token}"}
 
 @contextmanager
 def running_gateway(
-    cfg: Settings, port: int, *, log: Path | str | None = None, **env: str
+    cfg: Settings,
+    port: int,
+    *,
+    log: Path | str | None = None,
+    core: int | str | None = None,
+    **env: str,
 ) -> Iterator[str]:
     """A gateway on ``port`` for the block; ``env`` (``FLASHSALE_*`` names, see
     ``settings_env``, so never ``log``) on top of the tests' defaults; its output appended to
     the file ``log`` if given. Yields its base URL."""
     defaults = settings_env(redis_timeout_ms=REDIS_TIMEOUT_MS, gateway_drain_delay_ms=DRAIN_MS)
     out = None if log is None else Path(log)
-    with sale.running_gateway(cfg, port, env={**defaults, **env}, log=out) as base:
+    with sale.running_gateway(cfg, port, env={**defaults, **env}, log=out, core=core) as base:
         yield base
 
 
