@@ -189,6 +189,24 @@ async def wait_for_drain(
         await asyncio.sleep(POLL_S)
 
 
+async def wait_for_caught_up(cfg: Settings, timeout_s: float) -> int:
+    """Until the writer's group has no lag on the orders topic (a backlog left by earlier work:
+    a benchmark, a test that ran no writer); → the backlog it started from. Fails past
+    ``timeout_s``, naming what is left."""
+    started, first, lag = time.monotonic(), -1, -1
+    while True:
+        lag = await _lag(cfg)
+        first = lag if first < 0 else first
+        if lag == 0:
+            return max(first, 0)
+        if time.monotonic() - started > timeout_s:
+            raise AssertionError(
+                f"the writer did not catch up with the orders topic within {timeout_s:g}s: "
+                f"{lag} messages left of {first}"
+            )
+        await asyncio.sleep(POLL_S)
+
+
 async def _lag(cfg: Settings) -> int:
     """The writer's lag, or -1 while Kafka cannot tell (a coordinator moving after a fault)."""
     try:
