@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from flashsale.cli.parser import Subcommands, command, subcommands
+from flashsale.cli.output import print_json
+from flashsale.cli.parser import Subcommands, add_json, command, subcommands
 from kernel.settings import Settings
 
 
@@ -34,7 +34,8 @@ def _status(args: argparse.Namespace, cfg: Settings) -> int:
     if args.json:
         from flashsale.fleet import fleet
 
-        print(json.dumps(fleet.status(cfg), indent=2))
+        # A list, one object per row (the table's rows; docs/cli.md names the fields).
+        print_json(fleet.status(cfg))
     else:
         _print_status(cfg)
     return 0
@@ -73,4 +74,4 @@ def add_fleet(sub: Subcommands) -> None:
     status = command(
         actions, "status", "show each host, the balancer and the sold-out agent", _status
     )
-    status.add_argument("--json", action="store_true", help="one JSON object per row")
+    add_json(status)

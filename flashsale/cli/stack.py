@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from flashsale.cli.output import print_json
-from flashsale.cli.parser import Subcommands, add_json, command, subcommands
+from flashsale.cli.output import note, print_json
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
 
 
@@ -47,10 +47,17 @@ def _print_status(cfg: Settings) -> None:
 
 
 def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
-    from flashsale.migrate import migrate
+    from flashsale.migrate import migrate, pending
 
-    applied = migrate(cfg)
-    print(f"migrations applied: {', '.join(applied) or 'none pending'}")
+    ids = pending(cfg) if args.dry_run else migrate(cfg)
+    if args.json:  # {"migrations": [id, ...], "applied": false on a dry run}
+        print_json({"migrations": ids, "applied": not args.dry_run})
+    elif args.dry_run:
+        print(f"migrations pending: {', '.join(ids) or 'none'}")
+    else:
+        print(f"migrations applied: {', '.join(ids) or 'none pending'}")
+    if args.dry_run:
+        note("dry run: no migration applied")
     return 0
 
 
@@ -65,4 +72,6 @@ def add_stack(sub: Subcommands) -> None:
 
 
 def add_migrate(sub: Subcommands) -> None:
-    command(sub, "migrate", "apply pending database migrations (migrations/*.sql)", _migrate)
+    p = command(sub, "migrate", "apply pending database migrations (migrations/*.sql)", _migrate)
+    add_dry_run(p, "the migrations that would be applied")
+    add_json(p)

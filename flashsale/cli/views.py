@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis
     from domain.sales import NewSale
     from domain.voucher_arm import ArmedVoucher
     from domain.vouchers import Voucher
+    from flashsale.observe.figures import Figures
+    from flashsale.observe.state import SaleView
     from jobs.audit import HoldAudit
     from shard_router import ShardState
 
@@ -190,3 +192,93 @@ class ArmedVoucherView(View, frozen=True):
 class VoucherShown(View, frozen=True):
     voucher: VoucherTerms
     check: View  # check(report): the same object as an entry of reconcile's "vouchers"
+
+
+# watch --json: one per refresh, one line each. Figures are per second (answers), seconds
+# (latency), messages (lag); null where nothing was measured (no request, Redis silent).
+class WatchShard(View, frozen=True):
+    shard: int
+    node: str
+    left: int | None
+    holds: int | None
+    outbox: int | None
+    sold_db: int
+    failed_db: int
+
+
+class WatchItem(View, frozen=True):
+    item_id: int
+    product_id: str
+    quantity: int
+    sold: int
+    paused: bool
+    left: int | None
+    holds: int | None
+    shards: list[WatchShard]
+
+
+class Latency(View, frozen=True):
+    p50: float | None
+    p99: float | None
+
+
+class WatchAlert(View, frozen=True):
+    name: str
+    state: str
+    labels: dict[str, str]
+    summary: str
+
+
+class WatchFigures(View, frozen=True):
+    source: str
+    answers: dict[str, float]
+    reservation: Latency
+    routes: dict[str, Latency]
+    writer_lag: dict[str, float]
+    findings: dict[str, dict[str, float]]
+    alerts: list[WatchAlert] | None  # null: unknown (Prometheus did not answer)
+    missing: list[str]
+
+
+class WatchFrame(View, frozen=True):
+    at: dt.datetime
+    sale_id: int
+    name: str
+    redis_error: str
+    items: list[WatchItem]
+    figures: WatchFigures
+
+    @classmethod
+    def of(cls, sale: SaleView, figures: Figures, at: dt.datetime) -> WatchFrame:
+        items = [
+            WatchItem(
+                i.item_id,
+                i.product_id,
+                i.quantity,
+                i.sold,
+                i.paused,
+                i.left,
+                i.holds,
+                [
+                    WatchShard(s.shard, s.node, s.left, s.holds, s.outbox, s.sold_db, s.failed_db)
+                    for s in i.shards
+                ],
+            )
+            for i in sale.items
+        ]
+        alerts = (
+            None
+            if figures.alerts is None
+            else [WatchAlert(a.name, a.state, dict(a.labels), a.summary) for a in figures.alerts]
+        )
+        shown = WatchFigures(
+            figures.source,
+            dict(figures.answers),
+            Latency(*figures.reservation),
+            {route: Latency(*q) for route, q in figures.routes.items()},
+            dict(figures.writer_lag),
+            {item: dict(found) for item, found in figures.findings.items()},
+            alerts,
+            list(figures.missing),
+        )
+        return cls(at, sale.sale_id, sale.name, sale.redis_error, items, shown)
