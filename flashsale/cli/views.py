@@ -17,8 +17,10 @@ if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis
     from domain.sales import NewSale
     from domain.voucher_arm import ArmedVoucher
     from domain.vouchers import Voucher
+    from flashsale.observe.fairness import Fairness
     from flashsale.observe.figures import Figures
     from flashsale.observe.state import SaleView
+    from flashsale.observe.timeline import Timeline
     from jobs.audit import HoldAudit
     from shard_router import ShardState
 
@@ -282,3 +284,113 @@ class WatchFrame(View, frozen=True):
             list(figures.missing),
         )
         return cls(at, sale.sale_id, sale.name, sale.redis_error, items, shown)
+
+
+# report SALE_ID --json: the summary's figures; moments RFC 3339, latency in seconds.
+class ReportItem(View, frozen=True):
+    item_id: int
+    quantity: int
+    statuses: dict[str, int]  # orders in the database by status
+    sold_out_at: dt.datetime | None  # the earlier of the two below; null: not sold out
+    sold_out_db: dt.datetime | None  # the last unit's reservation
+    sold_out_redis: dt.datetime | None  # Prometheus first read 0 units left
+
+
+class Report(View, frozen=True):
+    sale_id: int
+    name: str
+    source: str
+    start: dt.datetime
+    end: dt.datetime
+    step_seconds: float
+    answered: dict[str, float]  # answers over the window, by outcome
+    items: list[ReportItem]
+    latency_peak: dict[str, float]  # "reservation p99" -> seconds
+    writer_lag_peak: dict[str, float]  # topic -> messages
+    chart: str  # the PNG's path
+
+    @classmethod
+    def of(cls, t: Timeline, chart: str) -> Report:
+        from flashsale.observe.summary import peak_of
+
+        def moment(epoch: float | None) -> dt.datetime | None:
+            return None if epoch is None else _utc(epoch)
+
+        items = [
+            ReportItem(
+                i.item_id,
+                i.quantity,
+                dict(i.statuses),
+                moment(i.sold_out_at),
+                moment(i.sold_out_db),
+                moment(i.sold_out_redis),
+            )
+            for i in t.items
+        ]
+
+        def peaks(series: dict[str, Any]) -> dict[str, float]:
+            found = {name: peak_of(points) for name, points in sorted(series.items())}
+            return {name: value for name, value in found.items() if value is not None}
+
+        return cls(
+            t.sale_id,
+            t.name,
+            t.source,
+            _utc(t.start),
+            _utc(t.end),
+            t.step,
+            dict(t.answered),
+            items,
+            peaks(t.latency),
+            peaks(t.writer_lag),
+            chart,
+        )
+
+
+# fairness SALE_ID --json: NaN (nobody on that side) is null.
+class ShardWins(View, frozen=True):
+    shard: int
+    winners: int
+    joiners: int
+
+
+class AddressTickets(View, frozen=True):
+    address: str
+    tickets: int
+
+
+class FairnessView(View, frozen=True):
+    sale_id: int
+    joined_early: int  # before the start
+    joined_late: int
+    frontier: int  # admitted up to this place
+    rho_early: float | None  # rank correlation of arrival and place (0: a random order)
+    rho_late: float | None  # of join time and place (1: first come, first served)
+    won_early: int
+    won_late: int
+    per_shard: list[ShardWins]  # by home shard
+    addresses: int
+    most_tickets: list[AddressTickets]  # the ten addresses that took the most
+    chart: str
+
+    @classmethod
+    def of(cls, f: Fairness, chart: str) -> FairnessView:
+        from collections import Counter
+
+        def number(value: float) -> float | None:
+            return None if value != value else value  # NaN: no pairs to rank
+
+        return cls(
+            f.sale_id,
+            len(f.early),
+            len(f.late),
+            f.frontier,
+            number(f.rho_early),
+            number(f.rho_late),
+            f.won_early,
+            f.won_late,
+            [ShardWins(k, w, n) for k, (w, n) in sorted(f.per_shard.items())],
+            len(f.per_address),
+            [AddressTickets(a, n) for a, n in Counter(f.per_address).most_common(10)],
+            chart,
+        )

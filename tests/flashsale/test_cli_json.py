@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -174,3 +175,100 @@ def test_expiry_once_json_counts_and_json_alone_is_refused(
     assert refused.err == (
         "flashsale: --json: only with --once (a running expiry logs a line per round)\n"
     )
+
+
+def test_report_json_sums_the_timeline_up(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from flashsale.observe import report
+    from flashsale.observe.timeline import ItemLine, Timeline
+
+    at = 1_796_000_000.0  # 2026-11-30T…Z
+    found = Timeline(
+        5,
+        "drop",
+        at,
+        at + 60,
+        1.0,
+        [ItemLine(42, 20, {"PAID": 3, "PENDING": 17}, sold_out_db=at + 4.5)],
+        "Prometheus http://prom:9090 and PostgreSQL",
+        answered={"accepted": 20.0, "sold_out": 400.0},
+        latency={"reservation p99": [(at, float("nan")), (at + 1, 0.004)]},
+        writer_lag={"flashsale.orders": [(at, 3.0)], "flashsale.vouchers": [(at, float("nan"))]},
+    )
+    png = tmp_path / "sale-5.png"
+
+    async def write_report(cfg: Settings, pool: Any, sale_id: int, out: Any) -> Any:
+        assert sale_id == 5
+        return found, png, ["report: sale 5 (drop)", f"  chart        {png}"]
+
+    monkeypatch.setattr(report, "write_report", write_report)
+    fake_stack(monkeypatch, Forbidden())
+    shown = run(capsys, "report", "5", "--json").json()
+    assert shown == {
+        "saleId": 5,
+        "name": "drop",
+        "source": "Prometheus http://prom:9090 and PostgreSQL",
+        "start": "2026-11-30T00:53:20Z",
+        "end": "2026-11-30T00:54:20Z",
+        "stepSeconds": 1.0,
+        "answered": {"accepted": 20.0, "sold_out": 400.0},
+        "items": [
+            {
+                "itemId": 42,
+                "quantity": 20,
+                "statuses": {"PAID": 3, "PENDING": 17},
+                "soldOutAt": "2026-11-30T00:53:24.500000Z",
+                "soldOutDb": "2026-11-30T00:53:24.500000Z",
+                "soldOutRedis": None,
+            }
+        ],
+        "latencyPeak": {"reservation p99": 0.004},
+        "writerLagPeak": {"flashsale.orders": 3.0},  # a series of NaN only has no peak
+        "chart": str(png),
+    }
+    assert run(capsys, "report", "5").out == f"report: sale 5 (drop)\n  chart        {png}\n"
+
+
+def test_fairness_json_gives_the_measures_with_nan_as_null(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flashsale.observe import fairness
+
+    found = fairness.Fairness(
+        8,
+        early=[(0, 2), (1, 1), (2, 3)],
+        late=[],
+        frontier=3,
+        won_early=2,
+        won_late=0,
+        per_shard={0: (1, 2), 1: (1, 1)},
+        per_address={"10.0.0.1": 2, "10.0.0.2": 1},
+    )
+
+    async def write_fairness(cfg: Settings, pool: Any, router: Any, sale_id: int, out: Any) -> Any:
+        return found, "reports/sale-8-fairness.png", ["fairness of sale 8"]
+
+    monkeypatch.setattr(fairness, "write_fairness", write_fairness)
+    fake_stack(monkeypatch, Forbidden(), Forbidden())
+    shown = run(capsys, "fairness", "8", "--json").json()
+    assert shown == {
+        "saleId": 8,
+        "joinedEarly": 3,
+        "joinedLate": 0,
+        "frontier": 3,
+        "rhoEarly": 0.5,
+        "rhoLate": None,  # nobody joined late: nothing to rank
+        "wonEarly": 2,
+        "wonLate": 0,
+        "perShard": [
+            {"shard": 0, "winners": 1, "joiners": 2},
+            {"shard": 1, "winners": 1, "joiners": 1},
+        ],
+        "addresses": 2,
+        "mostTickets": [
+            {"address": "10.0.0.1", "tickets": 2},
+            {"address": "10.0.0.2", "tickets": 1},
+        ],
+        "chart": "reports/sale-8-fairness.png",
+    }
