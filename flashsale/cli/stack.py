@@ -23,6 +23,15 @@ def _up(args: argparse.Namespace, cfg: Settings) -> int:
 def _down(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale import stack
 
+    if args.dry_run:
+        found = stack.running(cfg)
+        if args.json:  # {"stop": [{"part", "process", "pid"}, ...]}, in the order of stopping
+            print_json({"stop": [{"part": a, "process": b, "pid": c} for a, b, c in found]})
+        else:
+            for part, process, pid in found:
+                print(f"stack: would stop {part}: {process} (pid {pid})")
+        note(f"dry run: nothing stopped ({len(found)} process(es) run)")
+        return 0
     stack.down(cfg)
     return 0
 
@@ -67,7 +76,9 @@ def add_stack(sub: Subcommands) -> None:
     )
     actions = subcommands(parser, "action")
     command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
-    command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
+    down = command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
+    add_dry_run(down, "the processes it would stop")
+    add_json(down)
     add_json(command(actions, "status", "show what runs where", _status))
 
 

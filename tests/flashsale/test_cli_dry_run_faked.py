@@ -1,10 +1,16 @@
-"""--dry-run on voucher create, voucher arm and item --pause/--resume, in this process with the
-boundary faked (tests/support/cli_boundary.py): each prints what the change would give, says on
-stderr that nothing changed, asks nothing, and makes no write (a write is a test failure)."""
+"""--dry-run on voucher create, voucher arm, item --pause/--resume, stack down and fleet down,
+in this process with the boundary faked (tests/support/cli_boundary.py): each prints what the
+change would give, says on stderr that nothing changed, asks nothing, and makes no write (a
+write is a test failure; a stop would end the test's own stand-in process)."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import importlib
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +21,7 @@ from domain.voucher_arm import ArmedVoucher
 from domain.vouchers import Voucher
 from domain.warm_up import Hold
 from flashsale.cli import voucher as voucher_cli
+from kernel.settings import Settings
 from shard_router import ShardState
 from shard_router.vouchers import VoucherState
 from tests.support.cli_boundary import Forbidden, fake_stack, run
@@ -127,3 +134,66 @@ def test_item_pause_dry_run_shows_the_item_paused_and_writes_nothing(
         2,
         "flashsale: --dry-run: only with --pause or --resume\n",
     )
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process of the test's own standing in for a server, ended by its PID afterwards."""
+    proc = subprocess.Popen(["sleep", "60"])  # noqa: S607 - coreutils on PATH
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def _state_in(monkeypatch: pytest.MonkeyPatch, cfg: Settings, state: Path) -> None:
+    main = importlib.import_module("flashsale.cli.main")  # the package's `main` is the function
+    monkeypatch.setattr(main, "settings", lambda: dataclasses.replace(cfg, state_dir=state))
+
+
+def test_stack_down_dry_run_names_what_it_would_stop_and_stops_nothing(
+    cfg: Settings,
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    port = cfg.redis_nodes[0].rsplit(":", 1)[1]
+    (tmp_path / "pids").mkdir()
+    (tmp_path / "pids" / f"redis-{port}.pid").write_text(f"{sleeper.pid}\nsleep\n")
+    _state_in(monkeypatch, cfg, tmp_path)
+    ran = run(capsys, "stack", "down", "--dry-run", "--json")
+    assert ran.status == 0, ran.err
+    assert ran.json() == {
+        "stop": [{"part": "redis", "process": f"redis-{port}", "pid": sleeper.pid}]
+    }
+    assert ran.err == "dry run: nothing stopped (1 process(es) run)\n"
+    text = run(capsys, "stack", "down", "-n").out
+    assert text == f"stack: would stop redis: redis-{port} (pid {sleeper.pid})\n"
+    assert sleeper.poll() is None  # still running
+    assert (tmp_path / "pids" / f"redis-{port}.pid").exists()
+
+
+def test_fleet_down_dry_run_names_what_it_would_stop_and_delete(
+    cfg: Settings,
+    tmp_path: Path,
+    sleeper: subprocess.Popen[bytes],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from flashsale.fleet import fleet, namespaces
+
+    pids = fleet.paths(dataclasses.replace(cfg, state_dir=tmp_path)).root / "pids"
+    pids.mkdir(parents=True)
+    (pids / "gw1.pid").write_text(f"{sleeper.pid}\nsleep\n")
+    (pids / "gw2.pid").write_text("999999999\nsleep\n")  # gone: nothing to stop
+    # The network as `ip` and `nft` would list it (reading it needs the fleet's privileges).
+    monkeypatch.setattr(namespaces, "leftovers", lambda cfg: ["fsf-gw1", "fsf-br0"])
+    _state_in(monkeypatch, cfg, tmp_path)
+    ran = run(capsys, "fleet", "down", "--dry-run", "--json")
+    assert ran.status == 0, ran.err
+    assert ran.json() == {
+        "stop": [{"name": "gw1", "pid": sleeper.pid}],
+        "delete": ["fsf-gw1", "fsf-br0"],
+    }
+    assert ran.err == "dry run: nothing stopped or deleted\n"
+    assert sleeper.poll() is None and (pids / "gw1.pid").exists()
