@@ -39,6 +39,7 @@ class _FlashVoucher:
     pool: asyncpg.Pool
     store: VoucherLoader
     code: str
+    dry_run: bool = False  # compute what would be loaded; load nothing
     ended: list[tuple[str, int]] = field(default_factory=list)  # found by stored(), for load()
 
     @property
@@ -85,13 +86,22 @@ class _FlashVoucher:
         return Stored(voucher["total_limit"], voucher["used_count"], active, unbacked)
 
     async def load(self, place: str, units: int, holds: list[Hold[str]]) -> None:
+        if self.dry_run:
+            return
         await self.store.load(place, units, [(h.order_id, h.owner) for h in holds], self.ended)
 
 
 async def arm_voucher(
-    pool: asyncpg.Pool, store: VoucherLoader, code: str, *, require_replicas: bool = True
+    pool: asyncpg.Pool,
+    store: VoucherLoader,
+    code: str,
+    *,
+    require_replicas: bool = True,
+    dry_run: bool = False,
 ) -> ArmedVoucher:
+    """Arm it; ``dry_run``: the same reads and refusals, and what arming would leave, with
+    nothing written (warm-up's only write is its load)."""
     if require_replicas:
         await check_cluster_ready(store.router)
-    warmed = await warm_up(_FlashVoucher(pool, store, code))
+    warmed = await warm_up(_FlashVoucher(pool, store, code, dry_run))
     return ArmedVoucher(code, warmed.units, warmed.active, warmed.in_flight)

@@ -199,7 +199,7 @@ async def _sale(cfg: Settings, buyers: int, units: int, shards: int, room: bool)
             item_id,
         )
         # The post-sale report: Prometheus scraped the demo's gateway and writer.
-        png, summary = await write_report(cfg, pool, sale_id)
+        _, png, summary = await write_report(cfg, pool, sale_id)
         if room:
             summary += (await write_fairness(cfg, pool, router, sale_id))[2]
     finally:

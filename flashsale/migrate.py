@@ -26,3 +26,12 @@ def migrate(cfg: Settings) -> list[str]:
     finally:
         backend.connection.close()
     return [m.id for m in pending]
+
+
+def pending(cfg: Settings) -> list[str]:
+    """What ``migrate`` would apply now, applying nothing."""
+    backend = get_backend(_yoyo_url(cfg.pg_dsn))
+    try:
+        return [m.id for m in backend.to_apply(read_migrations(str(MIGRATIONS_DIR)))]
+    finally:
+        backend.connection.close()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway import metrics
 from gateway.catalog import CatalogUnavailable
@@ -40,6 +40,9 @@ from kernel.request_context import Headers, kafka_headers, traceparent, valid_re
 from shard_router import Outcome, ShardUnavailable, home_shard
 from shard_router.reserving import UnitMayBeHeld
 from shard_router.stock_events import publish
+
+if TYPE_CHECKING:  # the annotation only: with tracing off, OpenTelemetry is never imported
+    from kernel.otel import Tracer
 
 log = logging.getLogger(__name__)
 Answer = tuple[int, list[tuple[bytes, bytes]], bytes]
@@ -70,6 +73,7 @@ class PurchaseHandler:
         self._flag_paths = services.flags.by_path  # mutated in place, never replaced
         self._hand_off = services.order_hand_off
         self._outcomes = metrics.PURCHASE_OUTCOMES.counts
+        self._tracer = services.tracer  # None: tracing off
 
     async def __call__(self, scope: dict[str, Any], send: Any, item_text: str) -> None:
         status, headers, body = await self.answer(scope, item_text)
@@ -130,9 +134,27 @@ class PurchaseHandler:
             raise Unavailable()
         self.s.inflight += 1
         try:
-            return await self._reserve(scope, item, user_id, now)
+            if self._tracer is None:
+                return await self._reserve(scope, item, user_id, now)
+            return await self._traced(self._tracer, scope, item, user_id, now)
         finally:
             self.s.inflight -= 1
+
+    async def _traced(
+        self, tracer: Tracer, scope: dict[str, Any], item: Item, user_id: int, now: float
+    ) -> Answer:
+        """The reservation in a span whose parent is the request's traceparent; the Kafka
+        message carries the span's own on, so the writer's batch span links to it."""
+        incoming = header(scope, b"traceparent")
+        parent = None if incoming is None else traceparent(incoming)
+        with tracer.purchase(parent, item.id) as span:
+            try:
+                answer = await self._reserve(scope, item, user_id, now, span.traceparent)
+            except ApiError as error:
+                span.answered(error.status)
+                raise
+            span.answered(answer[0])
+            return answer
 
     async def _item(self, item_text: str) -> Item:
         if not (item_text.isascii() and item_text.isdigit()) or len(item_text) > 15:
@@ -146,7 +168,14 @@ class PurchaseHandler:
             raise NotFound("ITEM_NOT_FOUND")
         return item
 
-    async def _reserve(self, scope: dict[str, Any], item: Item, user_id: int, now: float) -> Answer:
+    async def _reserve(
+        self,
+        scope: dict[str, Any],
+        item: Item,
+        user_id: int,
+        now: float,
+        traced: str | None = None,
+    ) -> Answer:
         started = time.perf_counter()
         order_id = new_order_id(item.id)
         created_ms = int(now * 1000)
@@ -186,22 +215,24 @@ class PurchaseHandler:
             order_id,
             payload_for(unit_shard),
             (item.shards, user_id),
-            self._context(scope, order_id),
+            self._context(scope, order_id, traced),
         )
         metrics.RESERVATION_SECONDS.observe(time.perf_counter() - started)
         _count("accepted")
         body = encode_json({"orderId": order_id, "status": "PENDING"})
         return 202, raw_headers(body), body
 
-    def _context(self, scope: dict[str, Any], order_id: str) -> Headers:
+    def _context(self, scope: dict[str, Any], order_id: str, traced: str | None) -> Headers:
         """The Kafka headers that carry this order's request id and trace context: a trusted
-        proxy's X-Request-Id, else the orderId (kernel/request_context.py); a valid
-        traceparent, passed on; a malformed one of either is ignored. Only a 202 gets here."""
+        proxy's X-Request-Id, else the orderId (kernel/request_context.py); the purchase
+        span's traceparent when tracing is on (``traced``), else a valid incoming one, passed
+        on; a malformed one of either is ignored. Only a 202 gets here."""
         request_id = order_id
-        parent = None
+        parent = traced
         for name, value in scope["headers"]:
             if name == b"traceparent":
-                parent = traceparent(value.decode("latin-1"))
+                if traced is None:
+                    parent = traceparent(value.decode("latin-1"))
             elif name == b"x-request-id" and self._address.trusts_peer(scope):
                 text = value.decode("latin-1")
                 if valid_request_id(text):

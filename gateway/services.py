@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
@@ -22,8 +22,12 @@ from gateway.producer import OrderProducer
 from gateway.ratelimit import TokenBuckets
 from gateway.soldout import SoldOutFlags, keep_fresh, listen
 from gateway.voucher_catalog import VoucherCatalog
+from kernel import tracing
 from kernel.settings import Settings
 from shard_router import ShardRouter, VoucherStore
+
+if TYPE_CHECKING:  # the annotation only: with tracing off, OpenTelemetry is never imported
+    from kernel.otel import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +54,7 @@ class Services:
     voucher_hand_off: HandOff[str, None]
     voucher_flags: OutOfStockFlags
     outboxes: tuple[Outbox[Any, Any], ...] = ()
+    tracer: Tracer | None = None  # None: tracing off (FLASHSALE_OTEL_EXPORTER=none)
     inflight: int = 0
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)  # cancelled at close
@@ -86,6 +91,7 @@ class Services:
             voucher_hand_off=voucher_hand_off,
             voucher_flags=OutOfStockFlags(cfg.sold_out_flag_ttl_ms / 1000),
             outboxes=(orders, voucher_uses),
+            tracer=tracing.start(cfg, "flashsale-gateway"),
         )
         await catalog.refresh()
         stop = services.stop
@@ -122,6 +128,8 @@ class Services:
         await self.producer.close()
         await self.router.close()
         await self.pool.close()
+        if self.tracer is not None:  # its last spans exported
+            await asyncio.to_thread(self.tracer.close)
         log.info(
             "closed in %.2f s: %s; %d live outboxes hold entries (the relays re-send them)",
             time.monotonic() - started,

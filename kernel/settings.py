@@ -249,6 +249,11 @@ class Settings:
     # text: one "time pid logger level message" line per event; json: one JSON object per
     # line, with the request id and trace id of the order it concerns (docs/operations.md).
     log_format: str = "text"
+    # OpenTelemetry tracing (kernel/tracing.py; the `otel` extra): none, otlp (OTLP over HTTP,
+    # to OTEL_EXPORTER_OTLP_ENDPOINT, the SDK's own variables) or console (spans on stdout). A
+    # span per purchase in the gateway and per batch in the writer, joined through the
+    # traceparent carried in the Kafka headers. none: nothing of OpenTelemetry is imported.
+    otel_exporter: str = "none"
 
     # Waiting room (docs/waiting-room.md), a per-sale option. Tickets and admissions
     # are HMAC-signed with this secret, so any gateway verifies them without a lookup (and a
@@ -365,6 +370,7 @@ _RANGES: dict[str, msgspec.Meta] = {
 }
 _LOG_LEVELS = ("CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG")
 _LOG_FORMATS = ("text", "json")
+OTEL_EXPORTERS = ("none", "otlp", "console")
 # Namespaces under the prefix that are not settings: the locustfile's own options.
 _NOT_SETTINGS = (PREFIX + "LOAD_",)
 _log = logging.getLogger(__name__)
@@ -407,6 +413,9 @@ def problems(cfg: Settings) -> list[str]:
         found.append(f"{_env_name('log_level')}={cfg.log_level!r}: one of {', '.join(_LOG_LEVELS)}")
     if cfg.log_format not in _LOG_FORMATS:
         found.append(f"{_env_name('log_format')}={cfg.log_format!r}: one of text, json")
+    if cfg.otel_exporter not in OTEL_EXPORTERS:
+        choices = ", ".join(OTEL_EXPORTERS)
+        found.append(f"{_env_name('otel_exporter')}={cfg.otel_exporter!r}: one of {choices}")
     return found
 
 

@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 import uvloop
 
-from kernel import logs
+from kernel import logs, tracing
 from kernel.periodic import stopped_by_signals
 from kernel.settings import Settings
 from shard_router import ShardRouter
@@ -72,6 +72,9 @@ async def run(
         resources.push_async_callback(_close_pool, pool)
         deadletter = DeadLetterProducer(cfg)
         resources.push_async_callback(asyncio.to_thread, deadletter.close)
+        tracer = tracing.start(cfg, "flashsale-writer")
+        if tracer is not None:  # closed after the loops end: their last spans exported
+            resources.push_async_callback(asyncio.to_thread, tracer.close)
 
         def writer(
             stream: Stream[E, Any], topic: str, group: str, stats: WriterStats | None = None
@@ -80,7 +83,9 @@ async def run(
             resources.push_async_callback(source.close)
             log.info("writer: %s -> PostgreSQL, group %s", topic, group)
             sink = Sink(pool, stream)
-            return StreamWriter(source, sink, deadletter, router, backoff=backoff, stats=stats)
+            return StreamWriter(
+                source, sink, deadletter, router, backoff=backoff, stats=stats, tracer=tracer
+            )
 
         writers: list[StreamWriter[Any]] = []
         if "orders" in cfg.writer_streams:

@@ -27,7 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 from kernel.failpoints import failpoint
 from shard_router import ShardRouter
@@ -40,6 +40,9 @@ from writer.settle import Settler
 from writer.sink import Sink, Written
 from writer.source import EventSource
 from writer.stream import Fate, Stream
+
+if TYPE_CHECKING:  # the annotation only: with tracing off, OpenTelemetry is never imported
+    from kernel.otel import Tracer
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +78,7 @@ class StreamWriter(Generic[E]):
         *,
         backoff: Backoff | None = None,
         stats: WriterStats | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         self.source = source
         self.sink = sink
@@ -84,16 +88,26 @@ class StreamWriter(Generic[E]):
         self.backoff = backoff or Backoff()
         self.settler = Settler(sink, router, self.backoff)
         self.stats = stats or WriterStats()
+        self.tracer = tracer  # None: tracing off
 
     async def run(self, stop: asyncio.Event, *, once: bool = False) -> None:
         """Until ``stop`` is set; with ``once``, until the group has drained the topic."""
         while not stop.is_set():
             records = await self.source.poll_batch()
             if records:
-                await self.handle(records)
+                if self.tracer is None:
+                    await self.handle(records)
+                else:
+                    await self._traced(self.tracer, records)
             elif once and await self.source.drained():
                 return
             await self._refresh_lag()
+
+    async def _traced(self, tracer: Tracer, records: Sequence[Record]) -> None:
+        """One span per batch, linked to each message's purchase span (its traceparent)."""
+        parents = [record.context().traceparent for record in records]
+        with tracer.batch(records[0].topic, parents):
+            await self.handle(records)
 
     async def handle(self, records: Sequence[Record]) -> None:
         if self.stats.first_batch_at is None:

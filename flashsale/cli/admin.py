@@ -216,7 +216,7 @@ class Group:
         self.subject.add_to(p)
         add_yes(p, f"re-arm a {self.subject.noun} that is armed already")
         if self.dry_run:
-            add_dry_run(p, f"what arming would load (with --json: `{self.subject.noun} show`'s)")
+            add_dry_run(p, "what arming would load, after arm's read-only refusals")
         add_json(p)
 
 

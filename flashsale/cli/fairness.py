@@ -7,23 +7,23 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from flashsale.cli.parser import Subcommands, command, integer
+from flashsale.cli.parser import Subcommands, add_json, command, integer
 from kernel.settings import Settings
 
 
 def _fairness(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale.cli.admin import show
     from flashsale.cli.connect import run_stack
     from flashsale.cli.report import drawn
+    from flashsale.cli.views import FairnessView
     from flashsale.observe.fairness import write_fairness
 
-    async def work(pool: Any, router: Any) -> list[str]:
-        async def lines() -> list[str]:
-            return (await write_fairness(cfg, pool, router, args.sale_id, args.out))[2]
+    async def work(pool: Any, router: Any) -> int:
+        report = write_fairness(cfg, pool, router, args.sale_id, args.out)
+        found, path, lines = await drawn(report)
+        return show(args, FairnessView.of(found, str(path)), lambda: "\n".join(lines))
 
-        return await drawn(lines())
-
-    print("\n".join(run_stack(cfg, work)))
-    return 0
+    return run_stack(cfg, work)
 
 
 def add_fairness(sub: Subcommands) -> None:
@@ -41,3 +41,4 @@ def add_fairness(sub: Subcommands) -> None:
         metavar="PATH",
         help="the PNG (default: FLASHSALE_STATE_DIR/reports/sale-SALE_ID-fairness.png)",
     )
+    add_json(p)

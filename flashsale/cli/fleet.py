@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from flashsale.cli.parser import Subcommands, command, subcommands
+from flashsale.cli.output import note, print_json
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
 
 
@@ -23,8 +23,18 @@ def _up(args: argparse.Namespace, cfg: Settings) -> int:
 
 
 def _down(args: argparse.Namespace, cfg: Settings) -> int:
-    from flashsale.fleet import fleet
+    from flashsale.fleet import fleet, namespaces
 
+    if args.dry_run:
+        found, network = fleet.running(cfg), namespaces.leftovers(cfg)
+        if args.json:  # {"stop": [{"name", "pid"}], "delete": [namespace, veth, bridge, table]}
+            print_json({"stop": [{"name": n, "pid": p} for n, p in found], "delete": network})
+        else:
+            for name, pid in found:
+                print(f"fleet: would stop {name} (pid {pid})")
+            print(f"fleet: would delete {', '.join(network) or 'no network (none is left)'}")
+        note("dry run: nothing stopped or deleted")
+        return 0
     stopped = fleet.down(cfg)
     print(f"fleet: stopped {', '.join(stopped) or 'nothing'}; namespaces and veths deleted")
     return 0
@@ -34,7 +44,8 @@ def _status(args: argparse.Namespace, cfg: Settings) -> int:
     if args.json:
         from flashsale.fleet import fleet
 
-        print(json.dumps(fleet.status(cfg), indent=2))
+        # A list, one object per row (the table's rows; docs/cli.md names the fields).
+        print_json(fleet.status(cfg))
     else:
         _print_status(cfg)
     return 0
@@ -69,8 +80,12 @@ def add_fleet(sub: Subcommands) -> None:
         help="gateway hosts, one network namespace each (default: 2; a fleet partly up: what "
         "it has, and only its missing processes are started)",
     )
-    command(actions, "down", "stop exactly what `fleet up` started, delete its network", _down)
+    down = command(
+        actions, "down", "stop exactly what `fleet up` started, delete its network", _down
+    )
+    add_dry_run(down, "the processes it would stop and the network it would delete")
+    add_json(down)
     status = command(
         actions, "status", "show each host, the balancer and the sold-out agent", _status
     )
-    status.add_argument("--json", action="store_true", help="one JSON object per row")
+    add_json(status)

@@ -10,25 +10,31 @@ from domain.rules import RowId
 from flashsale.cli import output, queries, views
 from flashsale.cli.confirm import confirm
 from flashsale.cli.connect import run_stack
-from flashsale.cli.errors import Failure
-from flashsale.cli.parser import Subcommands, add_json, add_yes, command, integer
+from flashsale.cli.errors import Failure, UsageError
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, add_yes, command, integer
 from flashsale.cli.validate import convert
 from kernel.settings import Settings
 
 
 async def _set_paused(
-    pool: Any, item_id: int, row: Any, pause: bool, cfg: Settings, yes: bool
+    pool: Any, item_id: int, row: Any, pause: bool, cfg: Settings, yes: bool, dry_run: bool
 ) -> None:
     if row["paused"] == pause:
         output.note(f"item {item_id} was {'paused' if pause else 'not paused'} already")
         return
     if pause and row["on_sale"]:
-        confirm(
+        question = (
             f"item {item_id} is on sale now (sale {row['sale_id']}, open until "
             f"{output.when(row['ends_at'])}); pausing it stops its sales: buyers get "
-            f"SALE_NOT_OPEN within {cfg.item_cache_seconds:g} s (the gateways' catalog refresh)",
-            yes=yes,
+            f"SALE_NOT_OPEN within {cfg.item_cache_seconds:g} s (the gateways' catalog refresh)"
         )
+        if dry_run:
+            output.note(f"pausing would ask: {question}")
+        else:
+            confirm(question, yes=yes)
+    if dry_run:
+        output.note(f"dry run: item {item_id} not {'paused' if pause else 'resumed'}")
+        return
     await pool.execute("update flash_sale_item set paused = $2 where id = $1", item_id, pause)
     output.note(f"item {item_id} {'paused' if pause else 'resumed'}")
 
@@ -47,16 +53,24 @@ def render_item(item: views.Item, sale_id: int) -> str:
 
 def _item(args: argparse.Namespace, cfg: Settings) -> int:
     item_id = int(convert(args.item_id, RowId, {"$": "ITEM_ID"}))
+    change = args.pause or args.resume
+    if args.dry_run and not change:
+        raise UsageError("--dry-run: only with --pause or --resume")
 
     async def work(pool: Any, router: Any) -> int:
         row = await pool.fetchrow(queries.ITEM, item_id)
         if row is None:
             raise Failure(f"item {item_id} does not exist")
-        if args.pause or args.resume:
-            await _set_paused(pool, item_id, row, bool(args.pause), cfg, args.yes)
-            row = await pool.fetchrow(queries.ITEM, item_id)
+        paused = row["paused"]
+        if change:
+            await _set_paused(pool, item_id, row, bool(args.pause), cfg, args.yes, args.dry_run)
+            if args.dry_run:  # the item as the change would leave it
+                paused = bool(args.pause)
+            else:
+                row = await pool.fetchrow(queries.ITEM, item_id)
+                paused = row["paused"]
         states = await router.shard_states(item_id, row["shards"])
-        item = views.Item.of(item_id, row["quantity"], row["sold"], row["paused"], states)
+        item = views.Item.of(item_id, row["quantity"], row["sold"], paused, states)
         if args.json:
             output.print_json(item)
         else:
@@ -77,4 +91,5 @@ def add_item(sub: Subcommands) -> None:
     )
     toggle.add_argument("--resume", action="store_true", help="sell it again")
     add_yes(p, "pause an item that is on sale")
+    add_dry_run(p, "the item as --pause or --resume would leave it")
     add_json(p)

@@ -10,6 +10,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 
+from flashsale.cli.completion import add_completion
 from flashsale.cli.errors import CliError
 from flashsale.cli.fairness import add_fairness
 from flashsale.cli.fleet import add_fleet
@@ -47,6 +48,7 @@ COMMANDS = (
     add_voucher,
     add_demo,
     add_token,
+    add_completion,
 )
 
 DESCRIPTION = """\

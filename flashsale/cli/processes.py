@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from flashsale.cli.parser import Subcommands, at_least, command
+from flashsale.cli.parser import Subcommands, add_json, at_least, command
 from kernel.settings import Settings, settings
 
 
@@ -35,14 +35,22 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
     import asyncio
 
     from flashsale.cli.connect import run_stack
+    from flashsale.cli.errors import UsageError
+    from flashsale.cli.output import print_json
     from jobs.expiry import expire_once, run_expiry
     from kernel import logs
 
+    if args.json and not args.once:
+        raise UsageError("--json: only with --once (a running expiry logs a line per round)")
     logs.setup(cfg)  # a long-running job: its lines in the one format, like the writer's
 
     async def work(pool: Any, router: Any) -> int:
         if args.once:
-            print(f"expired {await expire_once(pool, router)} orders and voucher uses")
+            expired = await expire_once(pool, router)
+            if args.json:
+                print_json({"expired": expired})
+            else:
+                print(f"expired {expired} orders and voucher uses")
         else:
             await run_expiry(pool, router, cfg.expiry_interval_ms / 1000, asyncio.Event())
         return 0
@@ -120,3 +128,4 @@ def add_expiry(sub: Subcommands) -> None:
         help="one pass, print how many expired, exit (default: a pass every "
         "FLASHSALE_EXPIRY_INTERVAL_MS, until interrupted)",
     )
+    add_json(p)  # with --once: {"expired": N}

@@ -8,19 +8,21 @@ from __future__ import annotations
 import argparse
 from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from flashsale.cli.parser import Subcommands, command, integer
+from flashsale.cli.parser import Subcommands, add_json, command, integer
 from kernel.settings import Settings
 
+T = TypeVar("T")
 
-async def drawn(lines: Awaitable[list[str]]) -> list[str]:
-    """A report's lines once its PNG is drawn; one line of failure when the sale is not there
+
+async def drawn(report: Awaitable[T]) -> T:
+    """A report once its PNG is drawn; one line of failure when the sale is not there
     or matplotlib is missing (``report`` and ``fairness`` alike)."""
     from flashsale.cli.errors import Failure
 
     try:
-        return await lines
+        return await report
     except LookupError as exc:
         raise Failure(str(exc)) from None
     except ImportError as exc:  # matplotlib comes with the load tools
@@ -28,17 +30,16 @@ async def drawn(lines: Awaitable[list[str]]) -> list[str]:
 
 
 def _report(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale.cli.admin import show
     from flashsale.cli.connect import run_db
+    from flashsale.cli.views import Report
     from flashsale.observe.report import write_report
 
-    async def work(pool: Any) -> list[str]:
-        async def lines() -> list[str]:
-            return (await write_report(cfg, pool, args.sale_id, args.out))[1]
+    async def work(pool: Any) -> int:
+        found, path, lines = await drawn(write_report(cfg, pool, args.sale_id, args.out))
+        return show(args, Report.of(found, str(path)), lambda: "\n".join(lines))
 
-        return await drawn(lines())
-
-    print("\n".join(run_db(cfg, work)))
-    return 0
+    return run_db(cfg, work)
 
 
 def add_report(sub: Subcommands) -> None:
@@ -55,3 +56,4 @@ def add_report(sub: Subcommands) -> None:
         metavar="PATH",
         help="the PNG to write (default: FLASHSALE_STATE_DIR/reports/sale-SALE_ID.png)",
     )
+    add_json(p)

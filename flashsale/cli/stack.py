@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from flashsale.cli.output import print_json
-from flashsale.cli.parser import Subcommands, add_json, command, subcommands
+from flashsale.cli.output import note, print_json
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
 
 
@@ -23,6 +23,15 @@ def _up(args: argparse.Namespace, cfg: Settings) -> int:
 def _down(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale import stack
 
+    if args.dry_run:
+        found = stack.running(cfg)
+        if args.json:  # {"stop": [{"part", "process", "pid"}, ...]}, in the order of stopping
+            print_json({"stop": [{"part": a, "process": b, "pid": c} for a, b, c in found]})
+        else:
+            for part, process, pid in found:
+                print(f"stack: would stop {part}: {process} (pid {pid})")
+        note(f"dry run: nothing stopped ({len(found)} process(es) run)")
+        return 0
     stack.down(cfg)
     return 0
 
@@ -47,10 +56,17 @@ def _print_status(cfg: Settings) -> None:
 
 
 def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
-    from flashsale.migrate import migrate
+    from flashsale.migrate import migrate, pending
 
-    applied = migrate(cfg)
-    print(f"migrations applied: {', '.join(applied) or 'none pending'}")
+    ids = pending(cfg) if args.dry_run else migrate(cfg)
+    if args.json:  # {"migrations": [id, ...], "applied": false on a dry run}
+        print_json({"migrations": ids, "applied": not args.dry_run})
+    elif args.dry_run:
+        print(f"migrations pending: {', '.join(ids) or 'none'}")
+    else:
+        print(f"migrations applied: {', '.join(ids) or 'none pending'}")
+    if args.dry_run:
+        note("dry run: no migration applied")
     return 0
 
 
@@ -60,9 +76,13 @@ def add_stack(sub: Subcommands) -> None:
     )
     actions = subcommands(parser, "action")
     command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
-    command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
+    down = command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
+    add_dry_run(down, "the processes it would stop")
+    add_json(down)
     add_json(command(actions, "status", "show what runs where", _status))
 
 
 def add_migrate(sub: Subcommands) -> None:
-    command(sub, "migrate", "apply pending database migrations (migrations/*.sql)", _migrate)
+    p = command(sub, "migrate", "apply pending database migrations (migrations/*.sql)", _migrate)
+    add_dry_run(p, "the migrations that would be applied")
+    add_json(p)

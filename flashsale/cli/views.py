@@ -17,6 +17,10 @@ if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis
     from domain.sales import NewSale
     from domain.voucher_arm import ArmedVoucher
     from domain.vouchers import Voucher
+    from flashsale.observe.fairness import Fairness
+    from flashsale.observe.figures import Figures
+    from flashsale.observe.state import SaleView
+    from flashsale.observe.timeline import Timeline
     from jobs.audit import HoldAudit
     from shard_router import ShardState
 
@@ -190,3 +194,203 @@ class ArmedVoucherView(View, frozen=True):
 class VoucherShown(View, frozen=True):
     voucher: VoucherTerms
     check: View  # check(report): the same object as an entry of reconcile's "vouchers"
+
+
+# watch --json: one per refresh, one line each. Figures are per second (answers), seconds
+# (latency), messages (lag); null where nothing was measured (no request, Redis silent).
+class WatchShard(View, frozen=True):
+    shard: int
+    node: str
+    left: int | None
+    holds: int | None
+    outbox: int | None
+    sold_db: int
+    failed_db: int
+
+
+class WatchItem(View, frozen=True):
+    item_id: int
+    product_id: str
+    quantity: int
+    sold: int
+    paused: bool
+    left: int | None
+    holds: int | None
+    shards: list[WatchShard]
+
+
+class Latency(View, frozen=True):
+    p50: float | None
+    p99: float | None
+
+
+class WatchAlert(View, frozen=True):
+    name: str
+    state: str
+    labels: dict[str, str]
+    summary: str
+
+
+class WatchFigures(View, frozen=True):
+    source: str
+    answers: dict[str, float]
+    reservation: Latency
+    routes: dict[str, Latency]
+    writer_lag: dict[str, float]
+    findings: dict[str, dict[str, float]]
+    alerts: list[WatchAlert] | None  # null: unknown (Prometheus did not answer)
+    missing: list[str]
+
+
+class WatchFrame(View, frozen=True):
+    at: dt.datetime
+    sale_id: int
+    name: str
+    redis_error: str
+    items: list[WatchItem]
+    figures: WatchFigures
+
+    @classmethod
+    def of(cls, sale: SaleView, figures: Figures, at: dt.datetime) -> WatchFrame:
+        items = [
+            WatchItem(
+                i.item_id,
+                i.product_id,
+                i.quantity,
+                i.sold,
+                i.paused,
+                i.left,
+                i.holds,
+                [
+                    WatchShard(s.shard, s.node, s.left, s.holds, s.outbox, s.sold_db, s.failed_db)
+                    for s in i.shards
+                ],
+            )
+            for i in sale.items
+        ]
+        alerts = (
+            None
+            if figures.alerts is None
+            else [WatchAlert(a.name, a.state, dict(a.labels), a.summary) for a in figures.alerts]
+        )
+        shown = WatchFigures(
+            figures.source,
+            dict(figures.answers),
+            Latency(*figures.reservation),
+            {route: Latency(*q) for route, q in figures.routes.items()},
+            dict(figures.writer_lag),
+            {item: dict(found) for item, found in figures.findings.items()},
+            alerts,
+            list(figures.missing),
+        )
+        return cls(at, sale.sale_id, sale.name, sale.redis_error, items, shown)
+
+
+# report SALE_ID --json: the summary's figures; moments RFC 3339, latency in seconds.
+class ReportItem(View, frozen=True):
+    item_id: int
+    quantity: int
+    statuses: dict[str, int]  # orders in the database by status
+    sold_out_at: dt.datetime | None  # the earlier of the two below; null: not sold out
+    sold_out_db: dt.datetime | None  # the last unit's reservation
+    sold_out_redis: dt.datetime | None  # Prometheus first read 0 units left
+
+
+class Report(View, frozen=True):
+    sale_id: int
+    name: str
+    source: str
+    start: dt.datetime
+    end: dt.datetime
+    step_seconds: float
+    answered: dict[str, float]  # answers over the window, by outcome
+    items: list[ReportItem]
+    latency_peak: dict[str, float]  # "reservation p99" -> seconds
+    writer_lag_peak: dict[str, float]  # topic -> messages
+    chart: str  # the PNG's path
+
+    @classmethod
+    def of(cls, t: Timeline, chart: str) -> Report:
+        from flashsale.observe.summary import peak_of
+
+        def moment(epoch: float | None) -> dt.datetime | None:
+            return None if epoch is None else _utc(epoch)
+
+        items = [
+            ReportItem(
+                i.item_id,
+                i.quantity,
+                dict(i.statuses),
+                moment(i.sold_out_at),
+                moment(i.sold_out_db),
+                moment(i.sold_out_redis),
+            )
+            for i in t.items
+        ]
+
+        def peaks(series: dict[str, Any]) -> dict[str, float]:
+            found = {name: peak_of(points) for name, points in sorted(series.items())}
+            return {name: value for name, value in found.items() if value is not None}
+
+        return cls(
+            t.sale_id,
+            t.name,
+            t.source,
+            _utc(t.start),
+            _utc(t.end),
+            t.step,
+            dict(t.answered),
+            items,
+            peaks(t.latency),
+            peaks(t.writer_lag),
+            chart,
+        )
+
+
+# fairness SALE_ID --json: NaN (nobody on that side) is null.
+class ShardWins(View, frozen=True):
+    shard: int
+    winners: int
+    joiners: int
+
+
+class AddressTickets(View, frozen=True):
+    address: str
+    tickets: int
+
+
+class FairnessView(View, frozen=True):
+    sale_id: int
+    joined_early: int  # before the start
+    joined_late: int
+    frontier: int  # admitted up to this place
+    rho_early: float | None  # rank correlation of arrival and place (0: a random order)
+    rho_late: float | None  # of join time and place (1: first come, first served)
+    won_early: int
+    won_late: int
+    per_shard: list[ShardWins]  # by home shard
+    addresses: int
+    most_tickets: list[AddressTickets]  # the ten addresses that took the most
+    chart: str
+
+    @classmethod
+    def of(cls, f: Fairness, chart: str) -> FairnessView:
+        from collections import Counter
+
+        def number(value: float) -> float | None:
+            return None if value != value else value  # NaN: no pairs to rank
+
+        return cls(
+            f.sale_id,
+            len(f.early),
+            len(f.late),
+            f.frontier,
+            number(f.rho_early),
+            number(f.rho_late),
+            f.won_early,
+            f.won_late,
+            [ShardWins(k, w, n) for k, (w, n) in sorted(f.per_shard.items())],
+            len(f.per_address),
+            [AddressTickets(a, n) for a, n in Counter(f.per_address).most_common(10)],
+            chart,
+        )

@@ -83,13 +83,15 @@ FORM = Form(
     positional="code",
     positional_help="the code buyers type: 1-64 of A-Z a-z 0-9 _ -",
 )
-VOUCHERS = Group(VOUCHER, "create a voucher, show its counters, arm a flash one", FORM)
+VOUCHERS = Group(
+    VOUCHER, "create a voucher, show its counters, arm a flash one", FORM, dry_run=True
+)
 
 
-async def _arm(pool: Any, store: Any, code: str) -> Any:
+async def _arm(pool: Any, store: Any, code: str, dry_run: bool = False) -> Any:
     from domain.voucher_arm import arm_voucher
 
-    return await arming(f"voucher {code}", arm_voucher(pool, store, code))
+    return await arming(f"voucher {code}", arm_voucher(pool, store, code, dry_run=dry_run))
 
 
 async def _insert(pool: Any, new: NewVoucher) -> dict[str, Any]:
@@ -104,6 +106,11 @@ async def _insert(pool: Any, new: NewVoucher) -> dict[str, Any]:
 @VOUCHERS.action("create", "create a voucher (a flash one is armed at once) and print it as JSON")
 def _create(args: argparse.Namespace, cfg: Settings) -> int:
     new = FORM.read(args)  # before connecting: a refused voucher needs no database
+    if args.dry_run:  # the validated body: what POST /admin/vouchers would store
+        output.print_json(new)
+        armed = "; a flash one would be armed at once" if new.is_flash else ""
+        output.note(f"dry run: voucher {new.code} not created{armed}")
+        return 0
 
     async def ordinary(pool: Any) -> int:  # taken in PostgreSQL: Redis is not needed
         output.print_json(views.CreatedVoucher(**await _insert(pool, new)))
@@ -181,13 +188,19 @@ def _arm_command(args: argparse.Namespace, cfg: Settings) -> int:
             if state.remaining is not None:
                 now = dt.datetime.now(dt.UTC).timestamp()
                 live = voucher.starts_at <= now < voucher.ends_at
-                confirm(
+                question = (
                     f"voucher {code} is armed ({state.remaining} uses left in Redis, "
                     f"{state.holds} held); arming it again reloads its uses from the database"
-                    + (" while it is live" if live else ""),
-                    yes=args.yes,
+                    + (" while it is live" if live else "")
                 )
-        armed = await _arm(pool, store, code)  # refuses an unknown or ordinary voucher
+                if args.dry_run:  # a dry run asks nothing: it says what arming would ask
+                    output.note(f"arming would ask: {question}")
+                else:
+                    confirm(question, yes=args.yes)
+        # Refuses an unknown or ordinary voucher; a dry run computes the same, loads nothing.
+        armed = await _arm(pool, store, code, args.dry_run)
+        if args.dry_run:
+            output.note(f"dry run: voucher {code} not armed; arming would leave:")
         return show(
             args,
             views.ArmedVoucherView.of(armed),

@@ -3,11 +3,13 @@ and shard the stock left, holds and outbox (Redis) and the orders sold (PostgreS
 second by outcome; p50/p99 of the reservation and of each route; the writers' lag;
 reconciliation's findings; the alerts firing. Figures come from Prometheus
 (FLASHSALE_PROMETHEUS_URL) when it answers, else from the processes' /metrics pages
-(FLASHSALE_GATEWAY_TARGETS, _WRITER_TARGETS, _JOB_TARGETS): any deployment, given addresses."""
+(FLASHSALE_GATEWAY_TARGETS, _WRITER_TARGETS, _JOB_TARGETS): any deployment, given addresses.
+``--json`` streams the same figures, one JSON object per line per refresh (docs/cli.md)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
 
@@ -15,10 +17,12 @@ from flashsale.cli.parser import Subcommands, at_least, command, integer
 from kernel.settings import Settings
 
 
-async def _frame(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: Any) -> Any:
+async def _figures(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: Any) -> Any:
+    """The sale's state and the figures now: what a frame and a JSON line both show."""
     import asyncio
+    import datetime as dt
 
-    from flashsale.observe.console import frame
+    from flashsale.cli.views import WatchFrame
     from flashsale.observe.figures import figures_now
     from flashsale.observe.state import sale_view
 
@@ -26,7 +30,36 @@ async def _frame(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: A
     items = [item.item_id for item in sale.items]
     # HTTP to Prometheus or the pages is blocking: off the loop, beside the Redis calls.
     figures = await asyncio.to_thread(figures_now, cfg, scraper, items)
-    return frame(sale, figures)
+    return WatchFrame.of(sale, figures, dt.datetime.now(dt.UTC)), sale, figures
+
+
+async def _frame(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: Any) -> Any:
+    from flashsale.observe.console import frame
+
+    shown, sale, figures = await _figures(cfg, pool, router, sale_id, scraper)
+    return frame(sale, figures, shown.at)
+
+
+async def _stream(
+    args: argparse.Namespace, cfg: Settings, pool: Any, router: Any, sale_id: int
+) -> int:
+    """--json: a line per refresh, flushed, so `| jq` shows each as it comes; --once: one."""
+    import asyncio
+
+    from flashsale.cli import output
+    from flashsale.observe.figures import Scraper
+
+    scraper = Scraper(cfg)
+    next_at = time.monotonic()
+    printed = 0
+    while True:
+        output.print_json((await _figures(cfg, pool, router, sale_id, scraper))[0])
+        sys.stdout.flush()
+        printed += 1
+        if args.once or printed == args.count:
+            return 0
+        next_at += args.interval
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
 def _watch(args: argparse.Namespace, cfg: Settings) -> int:
@@ -47,6 +80,8 @@ def _watch(args: argparse.Namespace, cfg: Settings) -> int:
             sale_id = await pick_sale(pool, args.sale)
         except NoSale as exc:
             raise Failure(str(exc)) from None
+        if args.json:
+            return await _stream(args, cfg, pool, router, sale_id)
         scraper = Scraper(cfg)
         if args.once or not console.is_terminal:
             # Off a terminal (a pipe, a log): one frame, as plain text.
@@ -54,10 +89,11 @@ def _watch(args: argparse.Namespace, cfg: Settings) -> int:
             return 0
         with Live(await _frame(cfg, pool, router, sale_id, scraper), console=console) as live:
             next_at = time.monotonic()
-            while True:
+            for _ in range(1, args.count or sys.maxsize):
                 next_at += args.interval
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
                 live.update(await _frame(cfg, pool, router, sale_id, scraper))
+        return 0
 
     try:
         return run_stack(cfg, work)
@@ -88,5 +124,17 @@ def add_watch(sub: Subcommands) -> None:
     p.add_argument(
         "--once",
         action="store_true",
-        help="print one frame and exit (also what it does when stdout is not a terminal)",
+        help="print one frame and exit (also what it does when stdout is not a terminal, "
+        "unless --json)",
+    )
+    p.add_argument(
+        "--count",
+        type=at_least(1),
+        metavar="N",
+        help="stop after N refreshes (default: until interrupted)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line per refresh, on a terminal or not (shape: docs/cli.md)",
     )

@@ -318,6 +318,13 @@ def _managed(cfg: Settings) -> list[Managed]:
     return [Managed(name, paths(cfg).root) for name in names]
 
 
+def running(cfg: Settings) -> list[tuple[str, int]]:
+    """(name, PID) of what ``down`` would stop now; ``namespaces.leftovers`` is what of the
+    network it would delete."""
+    found = [(m.name, m.pid()) for m in _managed(cfg)]
+    return [(name, pid) for name, pid in found if pid is not None]
+
+
 def down(cfg: Settings) -> list[str]:
     """Stop what up started (agent, balancer, gateways: by PID file), then delete the network."""
     stopped = [m.name for m in _managed(cfg) if m.stop(timeout=15.0)]

@@ -19,9 +19,10 @@ def default_path(cfg: Settings, sale_id: int) -> Path:
 
 async def write_report(
     cfg: Settings, pool: Any, sale_id: int, out: Path | None = None
-) -> tuple[Path, list[str]]:
-    """The PNG written (``out``, else under the state directory) and the summary's lines;
-    LookupError when the sale does not exist. Needs matplotlib (the load tools' extra)."""
+) -> tuple[timeline.Timeline, Path, list[str]]:
+    """The timeline, the PNG written (``out``, else under the state directory) and the
+    summary's lines; LookupError when the sale does not exist. Needs matplotlib (the load
+    tools' extra)."""
     from flashsale.observe.chart import draw  # matplotlib: only when a report is drawn
 
     found = await timeline.from_database(pool, sale_id, cfg.scrape_interval_s)
@@ -30,4 +31,4 @@ async def write_report(
     await asyncio.to_thread(timeline.add_prometheus, found, prom, cfg.scrape_interval_s)
     path = out or default_path(cfg, sale_id)
     await asyncio.to_thread(draw, found, path)
-    return path, lines(found, str(path))
+    return found, path, lines(found, str(path))

@@ -11,7 +11,7 @@ def _at(moment: float) -> str:
     return dt.datetime.fromtimestamp(moment, dt.UTC).strftime("%H:%M:%S.%f")[:-3] + " UTC"
 
 
-def _peak(points: Points) -> float | None:
+def peak_of(points: Points) -> float | None:
     values = [v for _, v in points if v == v]  # NaN (no request in that step) left out
     return max(values) if values else None
 
@@ -49,11 +49,11 @@ def lines(t: Timeline, png: str) -> list[str]:
     for line in t.items:
         found.append(f"  item {line.item_id:<7} {_item(line)}")
     for name, points in sorted(t.latency.items()):
-        peak = _peak(points)
+        peak = peak_of(points)
         if peak is not None:
             found.append(f"  {name:<12} peak {peak * 1000:.1f} ms")
     for topic, points in sorted(t.writer_lag.items()):
-        peak = _peak(points)
+        peak = peak_of(points)
         if peak is not None:
             found.append(f"  writer lag   {topic}: peak {peak:,.0f} messages")
     found.append(f"  chart        {png}")

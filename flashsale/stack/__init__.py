@@ -13,7 +13,7 @@ from flashsale.stack.prometheus import Prometheus
 from flashsale.stack.redis_cluster import RedisCluster
 from kernel.settings import Settings
 
-__all__ = ["StackError", "down", "pids", "status", "up"]
+__all__ = ["StackError", "down", "pids", "running", "status", "up"]
 
 
 def _components(
@@ -49,6 +49,17 @@ def down(cfg: Settings) -> None:
     for name, component in reversed(_components(cfg)):
         stopped = component.down()
         print(f"stack: {name} {'stopped' if stopped else 'was not running'}")
+
+
+def running(cfg: Settings) -> list[tuple[str, str, int]]:
+    """(part, process, PID) of what ``down`` would stop now, in the order it would."""
+    found = []
+    for name, component in reversed(_components(cfg)):
+        for proc in component.processes():
+            pid = proc.pid()
+            if pid is not None:
+                found.append((name, proc.name, pid))
+    return found
 
 
 def status(cfg: Settings) -> dict[str, str]:

@@ -169,6 +169,7 @@ def test_help_lists_the_commands_in_the_order_of_a_sale_s_life() -> None:
         "voucher",
         "demo",
         "token",
+        "completion",
     ]
     assert _listed(text) == life
     assert _listed(ok(flashsale("sale", "--help")).out) == ["create", "show", "arm"]

@@ -1,5 +1,6 @@
-"""--dry-run on the commands that change state (sale create, sale arm, reconcile --fix): each
-prints what it would do and leaves PostgreSQL and Redis as they were; and --version."""
+"""--dry-run on the commands that change state (sale create, sale arm, reconcile --fix, voucher
+arm, item --pause): each prints what it would do and leaves PostgreSQL and Redis as they were;
+and --version."""
 
 from __future__ import annotations
 
@@ -10,8 +11,18 @@ import uuid
 import asyncpg
 from redis.asyncio.cluster import RedisCluster
 
-from shard_router import shard_keys
-from tests.flashsale.test_cli import _stale_hold, arm_when_ready, flashsale, ok, refused
+from kernel.settings import Settings
+from shard_router import VoucherStore, shard_keys, voucher_keys
+from tests.flashsale.test_cli import (
+    _stale_hold,
+    arm_when_ready,
+    flash_voucher,
+    flashsale,
+    ok,
+    refused,
+)
+
+__all__ = ["flash_voucher"]  # a fixture, used by name
 
 
 def test_version_is_the_installed_distribution_s() -> None:
@@ -69,3 +80,23 @@ async def test_reconcile_fix_dry_run_repairs_nothing(db: asyncpg.Pool, redis: Re
     line = refused(flashsale("reconcile", "--dry-run"), 2)
     assert "--dry-run: only with --fix" in line
     ok(flashsale(*check, "--fix", "--yes"))  # leave no drift behind for other tests
+
+
+async def test_voucher_arm_dry_run_loads_nothing(
+    flash_voucher: str, redis: RedisCluster, voucher_store: VoucherStore
+) -> None:
+    await redis.delete(voucher_keys(flash_voucher).remaining)  # as after a Redis loss
+    planned = ok(flashsale("voucher", "arm", flash_voucher, "--dry-run", "--json")).json()
+    assert (planned["code"], planned["remaining"]) == (flash_voucher, 5)
+    assert (await voucher_store.state(flash_voucher)).remaining is None  # still not loaded
+    arm_when_ready("voucher", "arm", flash_voucher)
+    assert (await voucher_store.state(flash_voucher)).remaining == 5
+
+
+async def test_item_pause_dry_run_leaves_it_selling(live_stack: Settings, db: asyncpg.Pool) -> None:
+    created = ok(flashsale("sale", "create", "--quantity", "3")).json()
+    item_id = created["items"][0]["itemId"]
+    dry = ok(flashsale("item", str(item_id), "--pause", "--dry-run", "--json"))
+    assert dry.json()["paused"] is True
+    assert f"dry run: item {item_id} not paused" in dry.err
+    assert await db.fetchval("select paused from flash_sale_item where id = $1", item_id) is False
