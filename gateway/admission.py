@@ -171,7 +171,7 @@ class Admission:
             self._counts[("behind",)] += 1
             return False
         waited = _now() - self.turn_started
-        # Idle, the turn began up to a slow tick before the last one: judged leniently.
+        # Idle, turn_started is the last slow tick, up to IDLE_TICK_S before this turn began.
         if waited > self.budget and (not self.idle or waited > self.budget + IDLE_TICK_S):
             self._counts[("waited",)] += 1
             return False
