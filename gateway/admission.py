@@ -57,6 +57,15 @@ rate for 3 s was shed (2,408 of 4,873 answered 503) with goodput 1.75× the clos
 longer interval delays the reaction to real overload (the queue grows for an interval before it
 is seen). tests/system/test_bursts.py measures both again on each run.
 
+Idle, it costs nothing measurable. The 1 ms tick alone kept an idle gateway's loop at ~0.03
+core (a uvloop loop with it, nothing else: 0.32-0.36 CPU s in 10 s); so once nothing has been
+in flight or answered for ``IDLE_AFTER_S`` the tick slows to every ``IDLE_TICK_S`` (~0.001
+core), and the next request admitted brings the 1 ms tick back. The slow tick still starts
+turns, so a request queued behind a stall of an idle process is still judged by its wait
+(leniently: it may have waited up to one slow period more); its intervals are not turns and are
+not observed. Answers from the sold-out flag and the probes never pass admission, so they
+neither wake it nor keep it awake.
+
 What this cannot see: requests granian has parsed but not yet handed over (its thread needs
 the GIL the busy loop holds), and requests still in the kernel or at the client. Those wait
 before the clock starts; see the overload benchmark (loadtest/bench/overload.py).
@@ -78,6 +87,9 @@ from gateway.responses import render
 
 _now = time.monotonic
 TICK_S = 0.001  # uvloop's timer resolution: a turn shorter than this is not told apart
+# Nothing in flight or answered for this long (the rate slot's length, past the target and
+# the interval, so the controller's state has settled): tick every IDLE_TICK_S instead.
+IDLE_AFTER_S, IDLE_TICK_S = 1.0, 0.1
 # A request that has waited this long before its handler starts is refused: the spike's
 # promise is an answer within about a second, and past it the buyer has gone (the setting
 # admission_budget_ms).
@@ -111,7 +123,9 @@ IN_FLIGHT = Gauge(
 )
 TURNS = HotHistogram(
     "flashsale_event_loop_turn_seconds",
-    "How long the event loop took between two of admission's 1 ms ticks (its turn length)",
+    "How long the event loop took between two of admission's 1 ms ticks (its turn length); "
+    "measured while the process admits requests and for a second after (idle, it ticks slowly "
+    "and observes nothing)",
     (0.0015, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0),
 )
 metrics.REGISTRY.register(REFUSED)
@@ -126,6 +140,7 @@ class Admission:
         interval_s: float,
         budget_s: float = BUDGET_S,
         min_in_flight: int = MIN_IN_FLIGHT,
+        idle_after_s: float = IDLE_AFTER_S,
     ) -> None:
         self.target = target_s
         self.interval = interval_s
@@ -141,21 +156,31 @@ class Admission:
         self._last_done = self.turn_started  # when a reservation last finished
         self._done = self._within = 0  # the sojourn histogram's counts at the last tick
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.idle_after = idle_after_s
+        self.idle = False  # ticking every IDLE_TICK_S: nothing to serve for a while
+        self._active_at = self.turn_started  # a tick last saw work in flight or answered
+        self._answered_seen = 0  # self._answered at the last tick
+        self._woke_at = self.turn_started  # a slow tick's interval is no turn: measure from here
         self._counts = REFUSED.counts
         self._set_bound()
 
     def admit(self) -> bool:
-        """May a request that starts now go on? (The hot path: a clock read and two tests.)"""
+        """May a request that starts now go on? (The hot path: a clock read and four tests.)"""
         if self.behind:
             self._counts[("behind",)] += 1
             return False
-        if _now() - self.turn_started > self.budget:
+        waited = _now() - self.turn_started
+        # Idle, turn_started is the last slow tick, up to IDLE_TICK_S before this turn began.
+        if waited > self.budget and (not self.idle or waited > self.budget + IDLE_TICK_S):
             self._counts[("waited",)] += 1
             return False
         if self.in_flight >= self.limit:
             self._counts[("in_flight",)] += 1
             return False
         self.in_flight += 1
+        if self.idle:
+            self._wake()
         return True
 
     def answered(self) -> None:
@@ -170,7 +195,18 @@ class Admission:
             self._set_bound()
         self.turn_started = self._last_done = self._slot_started = _now()
         self._done, self._within = self._sojourn_counts()
-        self._timer = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        self._active_at = self.turn_started
+        self.idle = False
+        self._loop = asyncio.get_running_loop()
+        self._timer = self._loop.call_later(TICK_S, self._tick)
+
+    def _wake(self) -> None:
+        """The first request admitted while idle: tick every 1 ms again from now."""
+        self.idle = False
+        self._active_at = self._woke_at = _now()
+        if self._timer is not None and self._loop is not None:
+            self._timer.cancel()
+            self._timer = self._loop.call_later(TICK_S, self._tick)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -187,14 +223,27 @@ class Admission:
 
     def _tick(self) -> None:
         now = _now()
-        TURNS.observe(now - self.turn_started)
+        if not self.idle:
+            TURNS.observe(now - max(self.turn_started, self._woke_at))
         done, within = self._sojourn_counts()
         self.observe_sojourns(done - self._done, within - self._within, now)
         self._done, self._within = done, within
+        answered = self._answered
+        if (
+            self.in_flight
+            or answered != self._answered_seen
+            or self.behind
+            or self._slow_since is not None
+        ):
+            self._active_at = now
+        self._answered_seen = answered
         if now - self._slot_started >= RATE_SLOT_S:
             self.close_rate_slot(now)
+            self._answered_seen = 0
+        self.idle = now - self._active_at >= self.idle_after
         self.turn_started = now
-        self._timer = asyncio.get_running_loop().call_later(TICK_S, self._tick)
+        assert self._loop is not None
+        self._timer = self._loop.call_later(IDLE_TICK_S if self.idle else TICK_S, self._tick)
 
     def close_rate_slot(self, now: float) -> None:
         """Close the current slot of the answer rate and move the cap: the peak rate of the

@@ -76,10 +76,17 @@ async def keep_fresh(
 ) -> None:
     """Re-check flagged items twice per TTL: still empty everywhere → the flag is extended, so
     the 410s never fall through to token checks and Redis when a TTL ends; stock back (a
-    release whose broadcast was lost) → the flag goes. One pipelined GET per shard per item."""
+    release whose broadcast was lost) → the flag goes. One pipelined GET per shard per item.
+    An item whose sale has ended loses its flag unasked: a purchase of it is refused before
+    any flag is read, and the catalog keeps a day of sales, whose sold-out items an idle
+    gateway re-checked twice a second each."""
     while not stop.is_set():
+        now = time.time()
         for item_id in flags.flagged():
             item = catalog.cached(item_id)
+            if item is not None and item.ends_at <= now:
+                flags.clear(item_id)
+                continue
             try:
                 left = None if item is None else await router.units_left(item.id, item.shards)
             except ShardUnavailable:

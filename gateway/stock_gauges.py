@@ -7,6 +7,12 @@ One pipeline per shard in turn, inside the scrape, made a scrape cost a round tr
 redis-py per shard of every live item: with 313 live items (885 shards) on the test stack a
 scrape took 2-4 s, past Prometheus's 1 s timeout, on every gateway and every scrape; under a
 spike the scrapes that timed out were the ones that mattered.
+
+Only items whose sale is open or ended within ``AFTER_END_S`` are read and exported; an item
+past that loses its series. The catalog keeps a day of sales: after a test run, 818 items and
+2,079 shards (789 of them in sales not ended), all read and exported every second by an idle
+gateway (the page alone: 0.6 ms of CPU with no shard series, 16 ms with 900, 59 ms with
+3,000). An ended sale's stock sells no more; its history up to the end is in Prometheus.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from shard_router.deadline import with_deadline
 MIN_INTERVAL_S = 0.5  # a second scraper (a console, a test) within this reads the last values
 WAIT_S = 0.25  # a scrape waits this long for a reading, then serves the last one
 CONCURRENCY = 64  # voucher reads in flight at once
+AFTER_END_S = 300.0  # a console or a report a few minutes after the sale still reads the last
 
 
 class StockGauges:
@@ -30,6 +37,7 @@ class StockGauges:
         self.min_interval_s = min_interval_s
         self._read_at = float("-inf")
         self._reading: asyncio.Task[None] | None = None
+        self._exported: set[tuple[str, str]] = set()  # (item, shard) series set so far
 
     async def refresh(self, s: Services) -> None:
         """Start a reading unless one is under way or the last is fresh, and wait for it at most
@@ -45,7 +53,13 @@ class StockGauges:
         await asyncio.gather(self._shards(s), self._vouchers(s))
 
     async def _shards(self, s: Services) -> None:
-        places = [(item.id, k) for item in s.catalog.live_items() for k in range(item.shards)]
+        since = time.time() - AFTER_END_S
+        items = [item for item in s.catalog.live_items() if item.ends_at > since]
+        places = [(item.id, k) for item in items for k in range(item.shards)]
+        wanted = {(str(item_id), str(k)) for item_id, k in places}
+        for gone in self._exported - wanted:
+            metrics.SHARD_STOCK.remove(*gone)
+        self._exported &= wanted
         if not places:
             return
         pipe = s.router.client.pipeline()
@@ -56,6 +70,7 @@ class StockGauges:
             for (item_id, k), value in zip(places, values, strict=True):
                 if isinstance(value, bytes | int):  # not an error, not a missing key
                     metrics.SHARD_STOCK.labels(str(item_id), str(k)).set(int(value))
+                    self._exported.add((str(item_id), str(k)))
 
     async def _vouchers(self, s: Services) -> None:
         gate = asyncio.Semaphore(CONCURRENCY)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from flashsale.cli.errors import UsageError
 from flashsale.cli.output import note, print_json
 from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
@@ -55,6 +56,38 @@ def _print_status(cfg: Settings) -> None:
     print(f"  logs       {cfg.log_dir}/")
 
 
+def _cpu(args: argparse.Namespace, cfg: Settings) -> int:
+    from flashsale import stack
+    from flashsale.stack import cpu
+
+    if args.seconds <= 0:
+        raise UsageError(f"SECONDS must be above 0, not {args.seconds:g}")
+    usage = cpu.measure(stack.named_pids(cfg), args.seconds)
+    ours = sum(usage.cores.values())
+    if args.json:
+        # {"seconds", "groups": {name: {"cores", "processes"}}, "total", "machine"}: cores used
+        # on average over the window; machine: every process's and the kernel's.
+        groups = {
+            g: {"cores": round(c, 4), "processes": usage.processes[g]}
+            for g, c in usage.cores.items()
+        }
+        print_json(
+            {
+                "seconds": round(usage.seconds, 2),
+                "groups": groups,
+                "total": round(ours, 4),
+                "machine": round(usage.machine_cores, 4),
+            }
+        )
+        return 0
+    print(f"  CPU over {usage.seconds:.1f} s, cores on average:")
+    for group, cores in usage.cores.items():
+        print(f"  {group:<22} {cores:6.3f}  ({usage.processes[group]} processes)")
+    print(f"  {'stack and project':<22} {ours:6.3f}")
+    print(f"  {'the whole machine':<22} {usage.machine_cores:6.3f}")
+    return 0
+
+
 def _migrate(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale.migrate import migrate, pending
 
@@ -80,6 +113,15 @@ def add_stack(sub: Subcommands) -> None:
     add_dry_run(down, "the processes it would stop")
     add_json(down)
     add_json(command(actions, "status", "show what runs where", _status))
+    cpu = command(
+        actions,
+        "cpu",
+        "measure the CPU the stack's processes and the project's (gateways, writers, jobs) use,"
+        " by group, over a few seconds",
+        _cpu,
+    )
+    cpu.add_argument("seconds", nargs="?", type=float, default=10.0, help="window (default 10)")
+    add_json(cpu)
 
 
 def add_migrate(sub: Subcommands) -> None:

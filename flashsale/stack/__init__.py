@@ -13,7 +13,7 @@ from flashsale.stack.prometheus import Prometheus
 from flashsale.stack.redis_cluster import RedisCluster
 from kernel.settings import Settings
 
-__all__ = ["StackError", "down", "pids", "running", "status", "up"]
+__all__ = ["StackError", "down", "named_pids", "pids", "running", "status", "up"]
 
 
 def _components(
@@ -73,5 +73,10 @@ def status(cfg: Settings) -> dict[str, str]:
 
 def pids(cfg: Settings) -> list[int]:
     """The PIDs of the stack's running server processes (not their children)."""
-    found = [proc.pid() for _, component in _components(cfg) for proc in component.processes()]
-    return [pid for pid in found if pid is not None]
+    return list(named_pids(cfg))
+
+
+def named_pids(cfg: Settings) -> dict[int, str]:
+    """The stack's running server processes (not their children): PID → its PID file's name."""
+    found = {proc.pid(): proc.name for _, c in _components(cfg) for proc in c.processes()}
+    return {pid: name for pid, name in found.items() if pid is not None}

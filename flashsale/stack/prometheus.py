@@ -43,6 +43,7 @@ def render_config(cfg: Settings, home: Path) -> str:
     return template.substitute(
         scrape_interval=interval,
         scrape_timeout=interval,
+        health_scrape_interval=f"{cfg.health_scrape_interval_s}s",
         rules_dir=DEPLOY / "rules",
         targets_dir=home / "targets",
         redis_exporter=f"127.0.0.1:{cfg.redis_exporter_port}",

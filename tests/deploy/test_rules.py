@@ -87,3 +87,16 @@ def test_the_local_stack_config_is_valid(tmp_path: Path) -> None:
     config.write_text(render_config(Settings(state_dir=tmp_path), tmp_path))
     done = _promtool("check", "config", str(config))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_health_jobs_are_scraped_at_their_own_interval(tmp_path: Path) -> None:
+    from flashsale.stack.prometheus import render_config
+    from kernel.settings import Settings
+
+    cfg = Settings(state_dir=tmp_path, scrape_interval_s=1, health_scrape_interval_s=7)
+    config = yaml.safe_load(render_config(cfg, tmp_path))
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["redis"]["scrape_interval"] == jobs["prometheus"]["scrape_interval"] == "7s"
+    # The spike's jobs keep the global interval.
+    assert config["global"]["scrape_interval"] == "1s"
+    assert all("scrape_interval" not in jobs[j] for j in ("gateway", "writer", "jobs"))

@@ -16,7 +16,7 @@ import pytest
 import uvloop
 
 from flashsale.stack.processes import settings_env
-from gateway.admission import RATE_SLOTS, REFUSED, SOJOURNS, TICK_S, Admission
+from gateway.admission import IDLE_TICK_S, RATE_SLOTS, REFUSED, SOJOURNS, TICK_S, TURNS, Admission
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
@@ -59,6 +59,72 @@ async def _waited() -> None:
         assert gate.admit()  # a new turn: the next request goes on
     finally:
         gate.stop()
+
+
+async def _until_idle(gate: Admission, timeout_s: float = 2.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not gate.idle:
+        assert time.monotonic() < deadline, "the gate never went idle"
+        await asyncio.sleep(TICK_S)
+
+
+def test_an_idle_gate_ticks_slowly_and_the_next_request_brings_the_1_ms_tick_back() -> None:
+    async def main() -> tuple[int, int, bool]:
+        gate = Admission(TARGET_S, INTERVAL_S, idle_after_s=0.02)
+        gate.start()
+        try:
+            await _until_idle(gate)
+            before = sum(TURNS.counts)
+            await asyncio.sleep(2 * IDLE_TICK_S)  # ~200 turns at the 1 ms tick
+            idle_turns = sum(TURNS.counts) - before
+            assert gate.admit()  # the first request wakes it
+            woken = gate.idle
+            before = sum(TURNS.counts)
+            await asyncio.sleep(20 * TICK_S)
+            busy_turns = sum(TURNS.counts) - before
+            gate.answered()
+            await _until_idle(gate)  # nothing in flight, nothing answered: idle again
+            return idle_turns, busy_turns, woken
+        finally:
+            gate.stop()
+
+    idle_turns, busy_turns, woken = uvloop.run(main())
+    assert idle_turns == 0  # the slow tick's intervals are not turns
+    assert busy_turns >= 3
+    assert not woken
+
+
+def test_a_request_behind_a_stall_of_an_idle_process_is_still_judged_by_its_wait() -> None:
+    async def main() -> tuple[bool, bool, bool]:
+        gate = Admission(TARGET_S, INTERVAL_S, BUDGET_S, idle_after_s=0.02)
+        gate.start()
+        try:
+            await _until_idle(gate)
+            _busy(BUDGET_S + 2 * IDLE_TICK_S)  # past the budget and the slow tick's slack
+            stalled = gate.admit()
+            still_idle = gate.idle  # a refused request wakes nothing
+            await asyncio.sleep(2 * TICK_S)  # a new turn: its first request goes on
+            return stalled, still_idle, gate.admit()
+        finally:
+            gate.stop()
+
+    assert uvloop.run(main()) == (False, True, True)
+
+
+def test_an_idle_gate_does_not_take_the_slow_ticks_interval_for_a_wait() -> None:
+    async def main() -> bool:
+        # A budget shorter than the slow tick: half a slow period after one, a request that
+        # arrived just now has not waited.
+        gate = Admission(TARGET_S, INTERVAL_S, IDLE_TICK_S / 5, idle_after_s=0.02)
+        gate.start()
+        try:
+            await _until_idle(gate)
+            await asyncio.sleep(IDLE_TICK_S * 1.5)  # between two slow ticks
+            return gate.admit()
+        finally:
+            gate.stop()
+
+    assert uvloop.run(main())
 
 
 def test_long_loop_turns_alone_are_not_a_standing_queue() -> None:
