@@ -11,6 +11,7 @@ tests and the load tests start and stop their children.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -30,8 +31,16 @@ from kernel.waiting import wait_until as wait_until  # the stack's modules wait 
 STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL: a writer flushing its last batch needs a few seconds
 
 # Servers outlive the Popen objects that started them; keeping the objects here stops Python
-# from warning that a child "is still running" when one is garbage collected.
+# from warning that a child "is still running" when one is garbage collected, and at exit
+# each running one is marked as left to run (a server is the stack's, not this process's).
 _started: list[subprocess.Popen[bytes]] = []
+
+
+@atexit.register
+def _leave_servers_running() -> None:
+    for proc in _started:
+        if proc.poll() is None:
+            proc.returncode = 0  # not ours to wait for: Popen's exit-time warning is moot
 
 
 class StackError(RuntimeError):
