@@ -29,7 +29,6 @@ reads it: ``python -m loadtest.capacity.plan``); ``--page`` writes the standalon
 from __future__ import annotations
 
 import argparse
-import contextlib
 import shlex
 import statistics
 import sys
@@ -52,6 +51,7 @@ from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens, wrk
+from loadtest.measure.cpu import used
 from rig.admin import NewItem, new_sale
 
 SECTION = "balancer"
@@ -127,15 +127,13 @@ class Bench:
         with self.behind_haproxy(subject) as (gw, bal, url):
             wrk.run(url, o.warmup_s, o.soldout_connections, o.load_core)
             hits = sale.metric(gw.base, "sold_out_flag")
-            with gw.cpu() as gw_cpu, _cpu(bal.pid) as bal_cpu:
+            with used(gw.pid, bal.pid) as use:
                 result = wrk.run(url, o.duration_s, o.soldout_connections, o.load_core)
             forwarded = sale.metric(gw.base, "sold_out_flag") - hits
         n = result.requests
-        metrics: dict[str, Any] = {**result.as_dict(), **gw_cpu.figures(n)}
-        metrics["gateway_cpu_us_per_req"] = metrics["cpu_us_per_req"]
-        metrics["balancer_cpu_us_per_req"] = bal_cpu["cpu_s"] / n * 1e6 if n else 0.0
-        metrics["cpu_us_per_req"] += metrics["balancer_cpu_us_per_req"]
-        metrics["server_busy"] = (gw_cpu.cpu_s + bal_cpu["cpu_s"]) / gw_cpu.wall_s
+        metrics: dict[str, Any] = {**result.as_dict(), **use.figures(n)}
+        metrics["gateway_cpu_us_per_req"] = use.of(gw.pid) / n * 1e6 if n else 0.0
+        metrics["balancer_cpu_us_per_req"] = use.of(bal.pid) / n * 1e6 if n else 0.0
         metrics["forwarded"] = forwarded
         problems = _answers(result)
         if subject == "haproxy_410" and forwarded:
@@ -218,21 +216,18 @@ class Bench:
                 # (GATEWAY_ENV's flag TTL, a day, is the entry's expire too)
                 haproxy.command(root.socket, haproxy.clear_sold_out())
                 haproxy.command(root.socket, haproxy.set_sold_out(s.sold_out.path))
-                pids = [fleet.balancer(cfg).pid(), *(fleet.gateway(cfg, h).pid() for h in hosts)]
-                if None in pids:
+                found = [fleet.balancer(cfg).pid(), *(fleet.gateway(cfg, h).pid() for h in hosts)]
+                pids = [pid for pid in found if pid is not None]
+                if len(pids) < len(found):
                     raise RuntimeError("a fleet process is not running")
                 for url, conns in ((s.sold_out.path, mapped), (other.path, forwarded_conns)):
                     wrk.run(base + url, o.warmup_s, conns, o.load_core)
                 # What the processes burn with no load at all (health checks, the gateways'
                 # background loops): the model adds it, it is no answer's cost.
-                with contextlib.ExitStack() as meters:
-                    idle = [meters.enter_context(_cpu(pid)) for pid in pids if pid is not None]
-                    started = time.monotonic()
+                with used(*pids) as idle:
                     time.sleep(IDLE_S)
-                idle_s = time.monotonic() - started
                 results: dict[str, wrk.WrkResult] = {}
-                with contextlib.ExitStack() as meters:
-                    cpus = [meters.enter_context(_cpu(pid)) for pid in pids if pid is not None]
+                with used(*pids) as busy:
                     threads = [
                         threading.Thread(
                             target=lambda k=key, u=url, c=conns: results.__setitem__(
@@ -258,17 +253,17 @@ class Bench:
             "forwarded": b.requests,
             "share": a.requests / n,
             "rps": n / wall,
-            "balancer_cpu_us_per_req": cpus[0]["cpu_s"] / n * 1e6,
-            "gateway_cpu_us_per_req": sum(c["cpu_s"] for c in cpus[1:]) / n * 1e6,
-            "idle_balancer_cores": idle[0]["cpu_s"] / idle_s,
-            "idle_gateway_cores": sum(c["cpu_s"] for c in idle[1:]) / idle_s,
+            "balancer_cpu_us_per_req": busy.of(pids[0]) / n * 1e6,
+            "gateway_cpu_us_per_req": sum(busy.of(p) for p in pids[1:]) / n * 1e6,
+            "idle_balancer_cores": idle.of(pids[0]) / idle.wall_s,
+            "idle_gateway_cores": sum(idle.of(p) for p in pids[1:]) / idle.wall_s,
             "p99_ms_mapped": a.p99_ms,
             "p99_ms_forwarded": b.p99_ms,
         }
         metrics["cpu_us_per_req"] = (
             metrics["balancer_cpu_us_per_req"] + metrics["gateway_cpu_us_per_req"]
         )
-        metrics["server_busy"] = sum(c["cpu_s"] for c in cpus) / wall
+        metrics["server_busy"] = busy.total_s / wall
         return metrics, _answers(a) + _answers(b)
 
 
@@ -286,15 +281,6 @@ def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
     if status != 202:
         raise RuntimeError(f"buying the forwarded item's only unit answered {status}")
     return item
-
-
-@contextmanager
-def _cpu(session: int) -> Iterator[dict[str, float]]:
-    """CPU seconds of a session (a server and its workers) over the block."""
-    found: dict[str, float] = {}
-    before = servers.cpu_seconds(session)
-    yield found
-    found["cpu_s"] = servers.cpu_seconds(session) - before
 
 
 def _answers(result: wrk.WrkResult) -> list[str]:

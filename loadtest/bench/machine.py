@@ -38,24 +38,6 @@ def git_commit() -> str:
     return f"{head} dirty ({modified} modified, {untracked} untracked files)"
 
 
-def cpu_ticks(cpu: str = "cpu") -> tuple[int, int]:
-    """(busy, total) jiffies so far of ``cpu``: "cpu" for all cores, "cpu1" for core 1
-    (``/proc/stat``; guest time is already in user)."""
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *values = line.split()
-            if name == cpu:
-                fields = [int(v) for v in values[:8]]
-                total = sum(fields)
-                return total - fields[3] - fields[4], total  # idle + iowait
-    raise ValueError(f"no {cpu} in /proc/stat")
-
-
-def cpu_busy_s() -> float:
-    """Non-idle CPU seconds of the whole machine so far, all cores."""
-    return cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
-
-
 def loadavg() -> float:
     return os.getloadavg()[0]
 

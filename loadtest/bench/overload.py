@@ -41,6 +41,7 @@ from loadtest.bench.sale import Item, purchase
 from loadtest.bench.servers import pinned
 from loadtest.constants import BENCH_PORTS, REPORTS_DIR
 from loadtest.generators import tokens
+from loadtest.measure.cpu import used
 from rig.ports import free_port
 
 WARMUP_S, AFTER_S = 2.0, 4.0
@@ -154,9 +155,9 @@ class Overload:
             if path == "sold_out":
                 self._flag(served, item)
             pids = {"gateway": served.pid, **({"haproxy": balancer.pid} if balancer else {})}
-            cpu = {name: servers.cpu_seconds(pid) for name, pid in pids.items()}
-            result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
-            result["cpu_s"] = {n: servers.cpu_seconds(p) - cpu[n] for n, p in pids.items()}
+            with used(*pids.values()) as use:
+                result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
+            result["cpu_s"] = {name: use.of(pid) for name, pid in pids.items()}
             result["peak_rss_mb"] = peak_rss_mb(served.pid)
             result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None

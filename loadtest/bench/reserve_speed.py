@@ -22,9 +22,7 @@ Prints one ``RESERVE_SPEED_JSON`` line (and writes ``--json``).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import re
 import shutil
 import statistics
@@ -33,20 +31,22 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from flashsale import stack
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest.bench import affinity, machine, sale, servers, topics
+from loadtest.bench import sale, servers, topics
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens, wrk
 from loadtest.generators import vegeta as vegeta_gen
+from loadtest.measure import cpu
 from rig.ports import free_port
 
 SUMMARY_PREFIX = "RESERVE_SPEED_JSON "
@@ -136,28 +136,6 @@ def vegeta(
     return vegeta_gen.summary(hits, rate, int(rate * warmup_s))
 
 
-@dataclass
-class Beside:
-    """What the rest of the machine did during a run: the load core's busy share (generator
-    and stack together) and the stack's CPU by process name."""
-
-    cfg: Settings
-    ticks: tuple[int, int]
-    stack_s: dict[str, float]
-
-    @classmethod
-    def start(cls, cfg: Settings) -> Beside:
-        return cls(cfg, machine.cpu_ticks(f"cpu{LOAD_CORE}"), affinity.stack_cpu_seconds(cfg))
-
-    def stop(self) -> dict[str, Any]:
-        busy, total = machine.cpu_ticks(f"cpu{LOAD_CORE}")
-        now = affinity.stack_cpu_seconds(self.cfg)
-        return {
-            "load_core_busy": (busy - self.ticks[0]) / max(1, total - self.ticks[1]),
-            "stack_s": {k: v - self.stack_s.get(k, 0.0) for k, v in now.items()},
-        }
-
-
 class Bench:
     def __init__(self, cfg: Settings, opts: argparse.Namespace, workdir: Path) -> None:
         self.cfg = cfg
@@ -190,6 +168,10 @@ class Bench:
             wait_ready(p, http_ready(f"{base}/readyz", 200), 60, name, log)
             yield p.pid
 
+    def used(self, session: int) -> AbstractContextManager[cpu.Use]:
+        """The gateway's CPU (and its threads'), the load core's and the stack's over a block."""
+        return cpu.used(session, threads_of=session, core=LOAD_CORE, beside=stack.pids(self.cfg))
+
     def item(self, tree: Tree | None) -> sale.Item:
         assert self.made is not None
         return self.made.naive if tree is None else self.made.gateway
@@ -208,12 +190,10 @@ class Bench:
             wrk.run(url, o.warmup, CONNECTIONS, LOAD_CORE, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
             token_file = self.token_file("closed", count)
-            cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
-            beside = Beside.start(self.cfg)
             profile = self._profiler(session) if tree is not None and o.profile_now else None
-            result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
-            cpu, threads = servers.cpu_seconds(session) - cpu, _used(thread_cpu(session), threads)
-            around = beside.stop()
+            with self.used(session) as use:
+                result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
+            server_s, threads = use.of(session), use.threads
             profiled = self._profile_done(profile)
             outcomes = _outcomes(f"http://127.0.0.1:{self.port}") if tree is not None else {}
         self.shards.clear_holds(self.item(tree))
@@ -223,10 +203,10 @@ class Bench:
             "p50_ms": result.p50_ms,
             "p99_ms": result.p99_ms,
             "non_2xx": result.non_2xx,
-            "cpu_us_per_202": cpu / accepted * 1e6 if accepted else 0.0,
-            "busy": cpu / result.duration_s,
-            "load_core_busy": around["load_core_busy"],
-            "stack_us_per_202": {k: v / accepted * 1e6 for k, v in around["stack_s"].items()}
+            "cpu_us_per_202": server_s / accepted * 1e6 if accepted else 0.0,
+            "busy": server_s / result.duration_s,
+            "load_core_busy": use.core_busy,
+            "stack_us_per_202": {k: v / accepted * 1e6 for k, v in use.beside.items()}
             if accepted
             else {},
             "outcomes": outcomes,
@@ -267,39 +247,42 @@ class Bench:
                 ):
                     count = int(rate * (o.duration + 1)) + 1
                     token_file = self.token_file(f"open-{tool}", count)
-                    cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
-                    beside = Beside.start(self.cfg)
                     profile = self._profiler(session) if o.profile_now else None
-                    if tool == "openloop":
-                        m = openloop.measure(
-                            url, rate=rate, duration_s=o.duration, warmup_s=1,
-                            connections=CONNECTIONS, core=LOAD_CORE, tokens=token_file,
-                            timeout_s=o.duration + 150,
-                        )  # fmt: skip
-                        fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
-                        fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
-                        fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
-                        answers = m["answered_total"]
-                    else:
-                        lines = token_file.read_bytes().split(b"\n")[:count]
-                        targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-                        fig = vegeta(o.vegeta, self.workdir, targets, url, rate, o.duration, 1)
-                        answers = int(rate * (o.duration + 1))
-                    cpu = servers.cpu_seconds(session) - cpu
-                    around = beside.stop()
-                    fig["load_core_busy"] = around["load_core_busy"]
-                    fig["stack_us_per_answer"] = {
-                        k: v / answers * 1e6 for k, v in around["stack_s"].items() if answers
-                    }
-                    used = _used(thread_cpu(session), threads)
-                    fig["cpu_us_per_answer"] = cpu / answers * 1e6 if answers else 0.0
-                    fig["threads_us_per_answer"] = {k: v / answers * 1e6 for k, v in used.items()}
+                    with self.used(session) as use:
+                        fig, answers = self._open_tool(tool, url, rate, token_file, count)
+                    fig["load_core_busy"] = use.core_busy
+                    per = 1e6 / answers if answers else 0.0
+                    fig["stack_us_per_answer"] = {k: v * per for k, v in use.beside.items()}
+                    fig["cpu_us_per_answer"] = use.of(session) * per
+                    fig["threads_us_per_answer"] = {k: v * per for k, v in use.threads.items()}
                     if (profiled := self._profile_done(profile)) is not None:
                         fig["profile"] = profiled
                     rows.append({"tree": tree.name, "tool": tool, "rate": rate, **fig})
                     print(f"[open] {tree.name} {tool} {rate:.0f}/s {_brief(fig)}", flush=True)
                     self.shards.clear_holds(self.item(tree))
         return rows
+
+    def _open_tool(
+        self, tool: str, url: str, rate: float, token_file: Path, count: int
+    ) -> tuple[dict[str, Any], int]:
+        """One open-loop run with ``tool``: its figures and how many requests it answered."""
+        o = self.opts
+        if tool == "openloop":
+            m = openloop.measure(
+                url, rate=rate, duration_s=o.duration, warmup_s=1,
+                connections=CONNECTIONS, core=LOAD_CORE, tokens=token_file,
+                timeout_s=o.duration + 150,
+            )  # fmt: skip
+            fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
+            fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
+            fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
+            answers = m["answered_total"]
+        else:
+            lines = token_file.read_bytes().split(b"\n")[:count]
+            targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
+            fig = vegeta(o.vegeta, self.workdir, targets, url, rate, o.duration, 1)
+            answers = int(rate * (o.duration + 1))
+        return fig, answers
 
     def ceilings(self, rate: float) -> list[dict[str, Any]]:
         """Each generator against nginx ``return 410`` at ``rate``: can it offer it?"""
@@ -333,30 +316,6 @@ def _brief(fig: dict[str, Any]) -> str:
     return " ".join(f"{k} {fig[k]:.2f}" for k in keys if k in fig) + f" {fig.get('statuses')}"
 
 
-def thread_cpu(session: int) -> dict[str, float]:
-    """CPU seconds so far of every thread of the processes in ``session``, by thread name
-    (digits dropped, so librdkafka's ``rdk:broker1`` and ``rdk:broker2`` add up)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    found: dict[str, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            text = stat.read_text()
-            name, fields = (
-                text[text.index("(") + 1 : text.rindex(")")],
-                text.rsplit(")", 1)[1].split(),
-            )
-            if int(fields[3]) == session:
-                name = name.rstrip("0123456789")
-                found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return found
-
-
-def _used(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    """CPU seconds each thread name used between two ``thread_cpu`` readings (threads that
-    ended meanwhile are lost: the gateway's threads live as long as it does)."""
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
-
-
 def _outcomes(base: str) -> dict[str, float]:
     """The gateway's purchase outcome and guard counters (``/metrics``), the non-zero ones."""
     text = httpx.get(f"{base}/metrics", timeout=10).text
@@ -368,12 +327,7 @@ def _outcomes(base: str) -> dict[str, float]:
 
 def _worker_pid(session: int) -> int:
     """The granian worker of the server whose session is ``session``: its newest process."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session and int(stat.parent.name) != session:
-                found.append(int(stat.parent.name))
+    found = [pid for pid in cpu.members(session) if pid != session]
     return max(found) if found else session
 
 

@@ -19,6 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from loadtest.measure import latency
+
 STAMPS_DIR = Path("/tmp")  # noqa: S108 - a throw-away measurement's output
 
 # The module the copy's gateway records into (kernel/stagetimes.py in the copy only).
@@ -84,11 +86,11 @@ EDITS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "gateway/front.py",
-        "            if path not in UNGATED and not self.admission.admit():\n",
+        "            if not self.admission.admit():\n",
         "            from kernel import stagetimes as _st\n"
         '            _st.add("loop turn age at arrival", time.monotonic()'
         " - self.admission.turn_started)\n"
-        "            if path not in UNGATED and not self.admission.admit():\n",
+        "            if not self.admission.admit():\n",
     ),
     (
         "gateway/front.py",
@@ -193,14 +195,13 @@ def summary(raw: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     """A stamped gateway's ``stages-<pid>.json`` as count, mean and percentiles (ms) per stage."""
     out: dict[str, dict[str, float]] = {}
     for stage, values in raw.items():
-        s = sorted(values)
-        n = len(s)
-        if not n:
+        if not values:
             continue
+        found = latency.of_seconds(values)
         out[stage] = {
-            "n": n,
-            "mean_ms": sum(s) / n * 1000,
-            **{f"p{p}_ms": s[min(n - 1, int(n * p / 100))] * 1000 for p in (50, 90, 99)},
+            "n": len(values),
+            "mean_ms": sum(values) / len(values) * 1000,
+            **{f"p{p}_ms": found.ms(p) for p in (50, 90, 99)},
         }
     return out
 

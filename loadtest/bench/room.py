@@ -33,6 +33,7 @@ from kernel.settings import Settings, settings
 from loadtest.bench import servers
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
+from loadtest.measure import cpu as cpu_use
 from rig.admin import NewItem, new_sale
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
@@ -130,9 +131,9 @@ def main() -> None:
                 for name, load in loads.items():
                     # The gateway's own CPU per request: what a path costs, whatever else
                     # runs on this shared machine (its throughput varies with that).
-                    cpu_before = servers.cpu_seconds(gw.pid)
-                    result = load()
-                    cpu_us = (servers.cpu_seconds(gw.pid) - cpu_before) / result.requests * 1e6
+                    with cpu_use.used(gw.pid) as use:
+                        result = load()
+                    cpu_us = use.of(gw.pid) / result.requests * 1e6
                     rates[name].append(result.rps)
                     p99[name].append(result.p99_ms)
                     cpu[name].append(cpu_us)

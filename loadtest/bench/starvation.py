@@ -30,6 +30,7 @@ from loadtest.bench.overload import entry, peak_rss_mb, rss_cell
 from loadtest.bench.servers import pinned
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens
+from loadtest.measure import child
 from rig import attack
 
 SETTLE_S = 4.0  # the attack's sockets all open, the first ones already closed and reopened
@@ -67,7 +68,9 @@ def run(
             result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             if attacker is not None:
                 out, _ = attacker.communicate(timeout=seconds + 60)
-                result["attack"] = json.loads(out.split(attack.SUMMARY_PREFIX, 1)[1])
+                result["attack"] = child.result_line(
+                    out.splitlines(), attack.SUMMARY_PREFIX, "rig.attack"
+                )
         finally:
             if attacker is not None:
                 attacker.kill()

@@ -23,6 +23,7 @@ import uvloop
 
 from kernel.events import OrderPlaced, encode
 from kernel.settings import Settings, settings
+from loadtest.measure import latency
 from shard_router import Outcome, ShardRouter, shard_keys
 
 _STOCK_PER_SHARD = 100_000_000
@@ -72,8 +73,8 @@ async def _round(
         began = time.perf_counter()
         await asyncio.gather(*(buyer() for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
-        cuts = statistics.quantiles(latencies, n=100)
-        return Round(wait, concurrency, len(latencies), elapsed, cuts[49] * 1000, cuts[98] * 1000)
+        found = latency.of_seconds(latencies)
+        return Round(wait, concurrency, len(latencies), elapsed, found.ms(50), found.ms(99))
     finally:
         for k in range(opts.shards):
             await router.client.delete(*shard_keys(item, k))
