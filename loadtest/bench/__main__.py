@@ -1,5 +1,6 @@
 """``python -m loadtest.bench``: measure the purchase path and the pipeline behind it side by side
-with their baselines, and rewrite ``bench.md`` (raw: ``loadtest/reports/bench-results.json``).
+with their baselines, and rewrite ``bench.md`` (raw: ``loadtest/reports/sections/<section>.json``,
+one committed file a section; ``--render`` rewrites bench.md from them without measuring).
 
 Sections (``--only`` runs a subset; the others keep their latest results):
 closed (sold-out / reserve path vs baselines, wrk), redis (redis-benchmark), open (latency at
@@ -97,6 +98,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--technique-attempts", type=int, default=techniques.ATTEMPTS)
     p.add_argument("--technique-units", type=int, default=techniques.UNITS)
     p.add_argument("--output", type=Path, default=report.BENCH_MD, help="the report to rewrite")
+    p.add_argument(
+        "--render",
+        action="store_true",
+        help="measure nothing: rewrite the report from the committed section files",
+    )
+    p.add_argument("--results", type=Path, default=store.SECTIONS_DIR, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.repeats = 3.0, 1
@@ -315,6 +322,10 @@ def _stop_on_sigterm() -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     raw = list(sys.argv[1:] if argv is None else argv)
     args = parse(raw)
+    if args.render:
+        report.write(store.load(args.results), args.output)
+        print(f"wrote {args.output} from {args.results}")
+        return
     preflight(args.sections)
     _stop_on_sigterm()
     cfg = settings()
@@ -323,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     log_dir = REPORTS_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="loadtest-"))
-    ctx = Context(args, cfg, options(args), workdir, log_dir, store.load())
+    ctx = Context(args, cfg, options(args), workdir, log_dir, store.load(args.results))
     print(f"sections: {', '.join(args.sections)} (logs in {log_dir})", flush=True)
     try:
         for name in args.sections:
@@ -337,17 +348,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             if rec.runs and all(r["problems"] and not r["metrics"] for r in rec.runs):
                 print(f"  ✗ every run of {name} failed: its previous results kept", flush=True)
                 continue
-            store.put(ctx.results, name, store.section(command, begun, about, rec.runs))
-            store.save(ctx.results)
+            data = store.section(command, begun, about, rec.runs)
+            ctx.results["sections"][name] = data
+            saved = store.save(name, data, args.results)
             report.write(ctx.results, args.output)
-            print(f"  → {name} stored; {args.output} rewritten", flush=True)
+            print(f"  → {saved} written; {args.output} rewritten", flush=True)
     except KeyboardInterrupt:
         print("\ninterrupted: servers stopped; finished sections kept", file=sys.stderr)
         raise SystemExit(130) from None
     finally:
         ctx.close()
         shutil.rmtree(workdir, ignore_errors=True)
-    print(f"wrote {args.output} and {store.RESULTS_PATH}")
+    print(f"wrote {args.output} and {args.results}/")
 
 
 if __name__ == "__main__":

@@ -588,7 +588,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.render_only:
         stored = store.load()["sections"].get(SECTION)
         if stored is None:
-            raise SystemExit(f"no {SECTION!r} section in {store.RESULTS_PATH}: measure first")
+            raise SystemExit(f"no {SECTION!r} section in {store.SECTIONS_DIR}: measure first")
         return _publish(stored, args.page)
     begun = store.begin()
     rec = store.Recorder(SECTION)
@@ -610,9 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         data["runs"] = kept + data["runs"]
         data["command"] = f"{stored['command']}, then {command}"
         data["started_at"] = stored["started_at"]
-    store.put(res, SECTION, data)
-    store.save(res)
-    print(f"\nrecorded: section {SECTION!r} of {store.RESULTS_PATH}")
+    print(f"\nrecorded: {store.save(SECTION, data)}")
     return _publish(data, args.page)
 
 

@@ -27,15 +27,15 @@ def _run(argv: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def git_commit() -> str:
-    """``git rev-parse --short HEAD``, plus what is not committed: the code that was measured."""
+def git_commit() -> dict[str, Any]:
+    """The code that was measured: ``git rev-parse --short HEAD``, whether the tree was clean,
+    and if not, how many files differed."""
     head = _run(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown"
     status = _run(["git", "status", "--porcelain"]).splitlines()
     modified = sum(1 for line in status if line and not line.startswith("??"))
     untracked = sum(1 for line in status if line.startswith("??"))
-    if not modified and not untracked:
-        return head
-    return f"{head} dirty ({modified} modified, {untracked} untracked files)"
+    changes = f"{modified} modified, {untracked} untracked files"
+    return {"commit": head, "clean": not (modified or untracked), "changes": changes}
 
 
 def loadavg() -> float:

@@ -1,6 +1,7 @@
-"""The raw results, kept per section: ``loadtest/reports/bench-results.json`` holds the latest run
-of every section (``python -m loadtest.bench --only writer`` replaces the writer section and keeps
-the others), each with its own provenance: command, dates, machine, commit, settings, runs.
+"""The raw results, one committed file per section: ``loadtest/reports/sections/<name>.json``
+holds the latest run of that section (``python -m loadtest.bench --only writer`` rewrites
+``writer.json`` and no other), with its provenance: command, dates, machine and load average at
+start and end, tool versions, commit and whether the tree was clean, settings, runs.
 
 A run is one measurement: ``{"phase", "scenario", "subject", "repeat", "at", "loadavg_1m",
 "metrics", "problems"}``; ``phase`` is the section's name. ``Recorder.step`` runs one measurement
@@ -20,8 +21,7 @@ from typing import Any, TypeVar
 from loadtest.bench import machine
 from loadtest.constants import REPORTS_DIR
 
-RESULTS_PATH = REPORTS_DIR / "bench-results.json"
-FORMAT = 2
+SECTIONS_DIR = REPORTS_DIR / "sections"
 Results = dict[str, Any]
 Section = dict[str, Any]
 Summarize = Callable[[dict[str, Any]], str]
@@ -91,7 +91,7 @@ class Recorder:
 
 def begin() -> dict[str, Any]:
     """What a section records before it measures: start time, machine (load average), commit."""
-    return {"started_at": now(), "machine": machine.describe(), "commit": machine.git_commit()}
+    return {"started_at": now(), "machine": machine.describe(), **machine.git_commit()}
 
 
 def section(
@@ -108,46 +108,32 @@ def section(
         "machine": about,
         "versions": machine.versions(),
         "commit": begun["commit"],
+        "clean": begun["clean"],
+        "changes": begun["changes"],
         "settings": settings,
         "runs": runs,
     }
 
 
-def load(path: Path = RESULTS_PATH) -> Results:
-    """The stored results, ``{"format": 2, "sections": {...}}``. A file written before sections
-    existed keeps its closed-loop and Redis runs as two sections (its open-loop runs, at another
-    offered rate than today's, are dropped)."""
-    if not path.exists():
-        return {"format": FORMAT, "sections": {}}
-    raw: Results = json.loads(path.read_text())
-    if raw.get("format") == FORMAT:
-        return raw
-    sections: dict[str, Section] = {}
-    for name in ("closed", "redis"):
-        runs = [r for r in raw.get("runs", []) if r["phase"] == name]
-        if runs:
-            sections[name] = {
-                "command": raw["command"],
-                "started_at": raw["started_at"],
-                "finished_at": raw["finished_at"],
-                "machine": raw["machine"],
-                "versions": raw["versions"],
-                "commit": "unknown (before commits were recorded)",
-                "settings": raw["settings"],
-                "runs": runs,
-            }
-    return {"format": FORMAT, "sections": sections}
+def load(directory: Path = SECTIONS_DIR) -> Results:
+    """Every committed section, ``{"sections": {name: section}}``."""
+    found = {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
+    return {"sections": found}
 
 
-def put(results: Results, name: str, data: Section) -> None:
-    results["sections"][name] = data
-
-
-def save(results: Results, path: Path = RESULTS_PATH) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save(name: str, data: Section, directory: Path = SECTIONS_DIR) -> Path:
+    """Write one section's file (and no other)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
+    return path
+
+
+def commit_label(data: Section) -> str:
+    """``abc1234``, or ``abc1234 dirty (2 modified, 0 untracked files)``."""
+    return data["commit"] if data.get("clean") else f"{data['commit']} dirty ({data['changes']})"
 
 
 def runs_of(results: Results, name: str) -> list[dict[str, Any]]:

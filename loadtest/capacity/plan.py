@@ -1,5 +1,5 @@
 """``python -m loadtest.capacity.plan``: the fleet for a target, from the figures of the last
-benchmark run (``loadtest/reports/bench-results.json``), with the reasoning line by line. The
+benchmark run (``loadtest/reports/sections/*.json``), with the reasoning line by line. The
 model is ``loadtest.capacity.model``; bench.md checks it against measured points.
 
 The gateway's costs come from the ``closed`` and ``open`` sections (``python -m loadtest.bench``)
@@ -260,7 +260,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--p99-ms", type=float, default=d.p99_ms)
     p.add_argument("--headroom", type=float, default=HEADROOM, help="busiest a core may run")
     p.add_argument("--drain-s", type=float, default=d.drain_s, help="orders stored within (s)")
-    p.add_argument("--results", type=Path, default=store.RESULTS_PATH)
+    p.add_argument(
+        "--results", type=Path, default=store.SECTIONS_DIR, help="the committed section files"
+    )
     p.add_argument(
         "--emit",
         nargs=2,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -176,9 +178,16 @@ def _section(*runs: dict[str, Any]) -> dict[str, Any]:
     return {"started_at": "2026-12-01 00:00:00", "runs": list(runs)}
 
 
+def write_sections(results: dict[str, Any], directory: Path) -> Path:
+    """``results`` as the committed form: one ``<section>.json`` a section in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, section in results["sections"].items():
+        (directory / f"{name}.json").write_text(json.dumps(section))
+    return directory
+
+
 def _results() -> dict[str, Any]:
     return {
-        "format": 2,
         "sections": {
             "closed": _section(
                 *(
@@ -252,9 +261,9 @@ def _balancer_section() -> dict[str, Any]:
 
 
 def test_the_balancer_section_alone_answers_the_edge() -> None:
-    """bench-results.json holding only the balancer runner's section (the other sections lost):
+    """Committed results holding only the balancer runner's section (the other sections lost):
     the planner sizes the gateways and the balancer tier from it, and says what is missing."""
-    f = plan.figures({"format": 2, "sections": {"balancer": _balancer_section()}})
+    f = plan.figures({"sections": {"balancer": _balancer_section()}})
     assert f.soldout_us.value == 30.0 and "`balancer` section" in f.soldout_us.source
     assert f.reserve_us.value == 300.0
     assert f.reserve_latency[0.5][99.0] == 40.0
@@ -335,7 +344,7 @@ def test_a_generator_bound_balancer_latency_is_not_used_for_the_tier_p99() -> No
     for run in section["runs"]:
         if run["subject"] == "haproxy_410" and run["scenario"] == "open@0.5":
             run["metrics"]["dispatch_lag_p99_ms"] = 30.0  # the generator, not haproxy, was late
-    f = plan.figures({"format": 2, "sections": {"balancer": section}})
+    f = plan.figures({"sections": {"balancer": section}})
     assert f.balancer is not None and f.balancer.latency == {}
     tier = capacity.plan(TARGET, f).tier
     assert tier is not None and tier.predicted_p99_ms is None

@@ -1,13 +1,13 @@
 """Render ``bench.md`` from the stored results (the latest run of every section); every number
 comes from them, and every section says which command, commit, machine and date produced it.
 
-``python -m loadtest.bench.report [results.json] [bench.md]`` re-renders without measuring again.
+``python -m loadtest.bench --render`` re-renders from the committed section files without
+measuring again.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +17,9 @@ from loadtest.bench.report import capacity as report_capacity
 from loadtest.bench.report import http as report_http
 from loadtest.bench.report import pipeline as report_pipeline
 from loadtest.bench.report import techniques as report_techniques
-from loadtest.bench.report.fmt import machine, ratio, table
+from loadtest.bench.report.fmt import machine, not_run, ratio, run_command, table
 from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
-RESULTS_PATH = store.RESULTS_PATH
 BENCH_MD = PROJECT_ROOT / "bench.md"
 # One file per standalone measurement, appended in name order, so each has one owner.
 STANDALONE_DIR = Path(__file__).resolve().parent.parent / "standalone"
@@ -62,7 +61,7 @@ TARGETS = (
 
 def _verdict(measured: Summary | None, goal: float) -> str:
     if measured is None:
-        return "not measured"
+        return "no committed result"
     if measured.low >= goal:
         return "met in every repeat"
     if measured.median >= goal:
@@ -99,7 +98,7 @@ def _provenance(res: store.Results) -> list[str]:
     for name, title in SECTION_TITLES.items():
         sec = res["sections"].get(name)
         if sec is None:
-            rows.append([title, "not measured yet", "", "", ""])
+            rows.append([title, "no committed result", f"`{run_command(name)}`", "", ""])
             continue
         m = sec["machine"]
         rows.append(
@@ -107,7 +106,7 @@ def _provenance(res: store.Results) -> list[str]:
                 title,
                 f"{sec['started_at']} → {sec['finished_at'][11:]}",
                 f"`{sec['command']}`",
-                sec["commit"],
+                store.commit_label(sec),
                 f"{machine(m)}; load {m['loadavg_start']:.2f} → {m.get('loadavg_end', 0):.2f}",
             ]
         )
@@ -176,15 +175,36 @@ def _method(res: store.Results) -> list[str]:
         "- A ratio is taken per repeat, between runs made side by side in that repeat, then"
         " summarised as **median** (min–max). Every figure is **min / median / max** over the"
         " repeats (a single run is marked *(1 run)*: a `--quick` smoke run, not a measurement).",
-        "- Raw results: `loadtest/reports/bench-results.json`; server logs:"
+        "- Raw results: `loadtest/reports/sections/<section>.json` (committed); server logs:"
         " `loadtest/reports/logs/`.",
     ]
     return out
 
 
+Part = Callable[[dict[str, Any]], list[str]]
+# Each section's part of the report, in the report's order (some also read another section).
+PARTS: dict[str, Part] = {
+    "closed": lambda got: report_http.closed(got["closed"]),
+    "open": lambda got: report_http.open_loop(got["open"]),
+    "redis": lambda got: report_http.redis(got["redis"]),
+    "scaling": lambda got: report_http.scaling(got["scaling"]),
+    "writer": lambda got: report_pipeline.writer(got["writer"]),
+    "spike": lambda got: report_pipeline.spike(got["spike"], got.get("closed")),
+    "techniques": lambda got: report_techniques.techniques(got["techniques"]),
+    "vouchers": lambda got: report_pipeline.vouchers(got["vouchers"]),
+    "loadgen": lambda got: report_pipeline.loadgen(got["loadgen"], got.get("closed")),
+}
+
+
+def _sections(got: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for name, part in PARTS.items():
+        out += part(got) if name in got else not_run(name, SECTION_TITLES[name])
+    return out
+
+
 def render(res: store.Results) -> str:
     sections: dict[str, Any] = res["sections"]
-    get = sections.get
     body: Sequence[str] = [
         "# Purchase path benchmark",
         "",
@@ -195,15 +215,7 @@ def render(res: store.Results) -> str:
         *_versions(res),
         *_targets(res),
         *_provenance(res),
-        *report_http.closed(get("closed")),
-        *report_http.open_loop(get("open")),
-        *report_http.redis(get("redis")),
-        *report_http.scaling(get("scaling")),
-        *report_pipeline.writer(get("writer")),
-        *report_pipeline.spike(get("spike"), get("closed")),
-        *report_techniques.techniques(get("techniques")),
-        *report_pipeline.vouchers(get("vouchers")),
-        *report_pipeline.loadgen(get("loadgen"), get("closed")),
+        *_sections(sections),
         *report_capacity.capacity_model(res),
         *_checks(res),
         *_method(res),
@@ -231,16 +243,3 @@ def refresh_standalone(bench_md: Path = BENCH_MD) -> None:
     text = bench_md.read_text()
     head = text[: text.index(_STANDALONE_HEADING)] if _STANDALONE_HEADING in text else text
     bench_md.write_text(head.rstrip() + "\n\n" + _standalone().rstrip() + "\n")
-
-
-def main() -> None:
-    args = sys.argv[1:]
-    if args[:1] == ["--standalone-only"]:
-        target = Path(args[1]) if len(args) > 1 else BENCH_MD
-        refresh_standalone(target)
-        print(f"refreshed the standalone measurements in {target}")
-        return
-    source = Path(args[0]) if args else RESULTS_PATH
-    target = Path(args[1]) if len(args) > 1 else BENCH_MD
-    target.write_text(render(store.load(source)))
-    print(f"wrote {target}")
