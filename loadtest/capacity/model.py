@@ -23,7 +23,7 @@ be tested on its own (``tests/loadtest/test_planner.py``) and read in one sittin
    partition at most).
 5. Load generators. Workers = ceil(rps ÷ (one worker's measured req/s × headroom)), each on a
    core of its own, plus one master.
-6. Balancer tier (when measured: ``python -m loadtest.bench.balancer``). The balancer answers
+6. Balancer tier (when measured: ``python -m loadtest.bench --only balancer``). The balancer answers
    every sold-out request from its map, at ``answer_us`` of its CPU each, and forwards the rest
    at ``forward_us`` each; balancer cores = ceil(that ÷ headroom). The gateways then see only
    the reserve path: gateway cores busy = reserve req/s × ``reserve_us``, at the utilisation

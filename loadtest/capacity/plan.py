@@ -3,8 +3,8 @@ benchmark run (``loadtest/reports/sections/*.json``), with the reasoning line by
 model is ``loadtest.capacity.model``; bench.md checks it against measured points.
 
 The gateway's costs come from the ``closed`` and ``open`` sections (``python -m loadtest.bench``)
-or, where those were never run, from the ``balancer`` section (``python -m
-loadtest.bench.balancer``), which also gives the balancer tier's costs. Redis, writer and
+or, where those were never run, from the ``balancer`` section (``python -m loadtest.bench
+--only balancer``), which also gives the balancer tier's costs. Redis, writer and
 load-generator figures are optional: a part never measured is said so, not guessed.
 
     .venv/bin/python -m loadtest.capacity.plan --rps 500000 --sold-out-share 0.98 --stock 10000 \\
@@ -117,7 +117,7 @@ def loadgen(res: store.Results) -> Measured | None:
     return None if found is None else Measured(found.value, found.source + ", against nginx")
 
 
-# The balancer runner's section (loadtest/bench/balancer.py): its scenario names.
+# The balancer section's scenario names (loadtest/bench/balancer.py).
 BALANCER = "balancer"
 
 
@@ -175,16 +175,14 @@ def _first(res: store.Results, *where: tuple[str, str, str, str], what: str) -> 
         found = _optional(res, section, scenario, subject, metric, what)
         if found is not None:
             return Measured(found.value, f"{found.source}, `{section}` section")
-    sections = " or ".join(
-        f"--only {s}" if s != BALANCER else "loadtest.bench.balancer" for s, *_ in where
-    )
+    sections = " or ".join(f"--only {s}" for s, *_ in where)
     raise MissingFigure(
         f"no {what} measured: run `.venv/bin/python -m loadtest.bench` ({sections})"
     )
 
 
 def balancer(res: store.Results) -> BalancerFigures | None:
-    """The balancer tier's costs, when ``python -m loadtest.bench.balancer`` has run."""
+    """The balancer tier's costs, when ``python -m loadtest.bench --only balancer`` has run."""
     answer = _optional(
         res, BALANCER, "closed", "haproxy_410", "balancer_cpu_us_per_req",
         "haproxy CPU µs per 410 from its map",

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from kernel.settings import PROJECT_ROOT
+from tests.loadtest.test_planner import render_bench
 
 SECTIONS_DIR = PROJECT_ROOT / "loadtest" / "reports" / "sections"
 # Every section of the harness, in the report's order.
@@ -24,20 +23,13 @@ SECTIONS = (
     "techniques",
     "vouchers",
     "loadgen",
+    "balancer",
 )
-
-
-def _render(output: Path, results: Path = SECTIONS_DIR) -> str:
-    argv = [sys.executable, "-m", "loadtest.bench", "--render", "--output", str(output)]
-    argv += ["--results", str(results)]
-    done = subprocess.run(argv, cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr
-    return output.read_text()
 
 
 @pytest.mark.timeout(60)
 def test_the_committed_files_render_every_section(tmp_path: Path) -> None:
-    text = _render(tmp_path / "bench.md")
+    text = render_bench(SECTIONS_DIR, tmp_path / "bench.md")
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for name in SECTIONS:
         committed = SECTIONS_DIR / f"{name}.json"
@@ -54,7 +46,7 @@ def test_rendering_reads_only_the_given_files_and_writes_no_section(tmp_path: Pa
     results = tmp_path / "sections"
     results.mkdir()
     before = {p.name: p.read_bytes() for p in SECTIONS_DIR.glob("*.json")}
-    text = _render(tmp_path / "bench.md", results)
+    text = render_bench(results, tmp_path / "bench.md")
     assert {p.name: p.read_bytes() for p in SECTIONS_DIR.glob("*.json")} == before
     assert not list(results.iterdir())
     for name in SECTIONS:

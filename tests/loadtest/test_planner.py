@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kernel.settings import PROJECT_ROOT
 from loadtest.capacity import model as capacity
 from loadtest.capacity import plan
 from loadtest.capacity.model import Figures, Latency, Measured, Target
@@ -178,6 +181,15 @@ def _section(*runs: dict[str, Any]) -> dict[str, Any]:
     return {"started_at": "2026-12-01 00:00:00", "runs": list(runs)}
 
 
+def render_bench(results: Path, output: Path) -> str:
+    """bench.md as ``python -m loadtest.bench --render`` writes it from ``results``."""
+    argv = [sys.executable, "-m", "loadtest.bench", "--render", "--output", str(output)]
+    argv += ["--results", str(results)]
+    done = subprocess.run(argv, cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return output.read_text()
+
+
 def write_sections(results: dict[str, Any], directory: Path) -> Path:
     """``results`` as the committed form: one ``<section>.json`` a section in ``directory``."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -244,7 +256,7 @@ def test_a_missing_section_names_the_command_that_measures_it() -> None:
 
 
 def _balancer_section() -> dict[str, Any]:
-    """What ``python -m loadtest.bench.balancer`` records (its scenario and metric names)."""
+    """What the ``balancer`` section records (its scenario and metric names)."""
     b = "balancer"
     return _section(
         *(
@@ -304,11 +316,10 @@ def test_the_tier_p99_uses_the_balancers_own_latency_for_the_sold_out_share() ->
     assert fast.tier.predicted_p99_ms is not None and fast.tier.predicted_p99_ms < 30
 
 
-def test_the_balancer_page_checks_each_tier_against_the_fleet_run() -> None:
-    """loadtest/bench/balancer.py's page: the fleet row predicts each tier's µs per answer from
-    the single-process rows at the share the fleet run got, idle burn included."""
-    from loadtest.bench import balancer
-
+@pytest.mark.timeout(60)
+def test_the_balancer_part_checks_each_tier_against_the_fleet_run(tmp_path: Path) -> None:
+    """bench.md's balancer part: the fleet row predicts each tier's µs per answer from the
+    single-process rows at the share the fleet run got, idle burn included."""
     section = _balancer_section()
     section["runs"].append(
         _run(
@@ -324,13 +335,24 @@ def test_the_balancer_page_checks_each_tier_against_the_fleet_run() -> None:
     )  # fmt: skip
     section["runs"].append(fleet_run)
     section.update(
-        command="python -m loadtest.bench.balancer",
+        command="python -m loadtest.bench --only balancer",
+        started_at="2026-12-01 00:00:00",
         finished_at="2026-12-01 00:10:00",
         commit="abc",
-        machine={"loadavg_start": 1.0, "loadavg_end": 2.0},
+        clean=True,
+        machine={
+            "nproc": 2,
+            "cpu_model": "x",
+            "kernel": "6",
+            "memory_gib": 8.0,
+            "loadavg_start": 1.0,
+            "loadavg_end": 2.0,
+        },  # fmt: skip
+        versions={"Python": "3.11"},
         settings={"repeats": 1, "connections": 64, "fraction": 0.5},
     )
-    page = balancer.render(section)
+    results = write_sections({"sections": {"balancer": section}}, tmp_path / "sections")
+    page = render_bench(results, tmp_path / "bench.md")
     # Balancer: 0.9 × 10 + 0.1 × 35 = 12.5 µs predicted, 12.6 measured (1.01×); gateways:
     # 0.1 × 50 + 0.01 cores × 1e6 / 10,000 req/s = 6.0 µs predicted, 7.0 measured (1.17×).
     row = next(line for line in page.splitlines() if line.startswith("| 1 run(s)"))

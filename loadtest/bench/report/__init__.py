@@ -8,32 +8,30 @@ measuring again.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import results as store
 from loadtest.bench.report import capacity as report_capacity
-from loadtest.bench.report import http as report_http
-from loadtest.bench.report import pipeline as report_pipeline
-from loadtest.bench.report import techniques as report_techniques
 from loadtest.bench.report.fmt import machine, not_run, ratio, run_command, table
 from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
 BENCH_MD = PROJECT_ROOT / "bench.md"
 # One file per standalone measurement, appended in name order, so each has one owner.
 STANDALONE_DIR = Path(__file__).resolve().parent.parent / "standalone"
-SECTION_TITLES = {
-    "closed": "(a) sold-out and (b) reserve path, closed loop",
-    "redis": "(c) Redis, one core",
-    "open": "latency at fixed offered rates",
-    "scaling": "1 vs 2 gateway processes",
-    "spike": "full spike",
-    "writer": "writer",
-    "techniques": "anti-oversell techniques",
-    "vouchers": "vouchers",
-    "loadgen": "load generators",
-}
+
+
+@dataclass(frozen=True)
+class Part:
+    """A section's part of the report: its name, title, and how it renders from the results."""
+
+    name: str
+    title: str
+    render: Callable[[dict[str, Any]], list[str]]
+
+
 # (section, scenario, subject, baseline, metric, goal, label)
 TARGETS = (
     (
@@ -93,9 +91,9 @@ def _targets(res: store.Results) -> list[str]:
     return ["## Targets", "", *table(["Target", "Goal", "Measured", "Verdict"], rows)]
 
 
-def _provenance(res: store.Results) -> list[str]:
+def _provenance(res: store.Results, parts: Sequence[Part]) -> list[str]:
     rows = []
-    for name, title in SECTION_TITLES.items():
+    for name, title in ((p.name, p.title) for p in parts):
         sec = res["sections"].get(name)
         if sec is None:
             rows.append([title, "no committed result", f"`{run_command(name)}`", "", ""])
@@ -181,29 +179,14 @@ def _method(res: store.Results) -> list[str]:
     return out
 
 
-Part = Callable[[dict[str, Any]], list[str]]
-# Each section's part of the report, in the report's order (some also read another section).
-PARTS: dict[str, Part] = {
-    "closed": lambda got: report_http.closed(got["closed"]),
-    "open": lambda got: report_http.open_loop(got["open"]),
-    "redis": lambda got: report_http.redis(got["redis"]),
-    "scaling": lambda got: report_http.scaling(got["scaling"]),
-    "writer": lambda got: report_pipeline.writer(got["writer"]),
-    "spike": lambda got: report_pipeline.spike(got["spike"], got.get("closed")),
-    "techniques": lambda got: report_techniques.techniques(got["techniques"]),
-    "vouchers": lambda got: report_pipeline.vouchers(got["vouchers"]),
-    "loadgen": lambda got: report_pipeline.loadgen(got["loadgen"], got.get("closed")),
-}
-
-
-def _sections(got: dict[str, Any]) -> list[str]:
+def _sections(got: dict[str, Any], parts: Sequence[Part]) -> list[str]:
     out: list[str] = []
-    for name, part in PARTS.items():
-        out += part(got) if name in got else not_run(name, SECTION_TITLES[name])
+    for part in parts:
+        out += part.render(got) if part.name in got else not_run(part.name, part.title)
     return out
 
 
-def render(res: store.Results) -> str:
+def render(res: store.Results, parts: Sequence[Part]) -> str:
     sections: dict[str, Any] = res["sections"]
     body: Sequence[str] = [
         "# Purchase path benchmark",
@@ -214,8 +197,8 @@ def render(res: store.Results) -> str:
         "",
         *_versions(res),
         *_targets(res),
-        *_provenance(res),
-        *_sections(sections),
+        *_provenance(res, parts),
+        *_sections(sections, parts),
         *report_capacity.capacity_model(res),
         *_checks(res),
         *_method(res),
@@ -230,8 +213,8 @@ def _standalone() -> str:
     return "\n\n".join(page.read_text().rstrip() for page in pages)
 
 
-def write(res: store.Results, bench_md: Path = BENCH_MD) -> None:
-    bench_md.write_text(render(res))
+def write(res: store.Results, parts: Sequence[Part], bench_md: Path = BENCH_MD) -> None:
+    bench_md.write_text(render(res, parts))
 
 
 _STANDALONE_HEADING = "## Standalone measurements"
