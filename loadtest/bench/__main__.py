@@ -31,6 +31,7 @@ from loadtest.bench.harness import Options
 from loadtest.bench.sections import SECTIONS, add_flags, options_of
 from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens
+from loadtest.measure import trees
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -70,6 +71,14 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         help="measure nothing: rewrite the report from the committed section files",
     )
     p.add_argument("--results", type=Path, default=store.SECTIONS_DIR, help=argparse.SUPPRESS)
+    p.add_argument(
+        "--compare",
+        type=_tree,
+        action="append",
+        default=[],
+        metavar="NAME=DIR|REV[,field=value]",
+        help="a code tree measured beside the current code (repeatable; sections that compare)",
+    )
     for spec in SECTIONS.values():
         add_flags(p, spec)
     args = p.parse_args(argv)
@@ -82,9 +91,18 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
+    if args.compare and (single := [s for s in args.sections if not SECTIONS[s].compares]):
+        p.error(f"--compare: sections {', '.join(single)} measure the current code only")
     args.fractions = [float(f) for f in args.open_fractions.split(",") if f]
     args.clients = [int(c) for c in args.technique_clients.split(",") if c]
     return args
+
+
+def _tree(text: str) -> trees.Wanted:
+    try:
+        return trees.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -136,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     log_dir = REPORTS_DIR / "logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="loadtest-"))
-    ctx = Context(args, cfg, options(args), workdir, log_dir, store.load(args.results))
+    results = store.load(args.results)
+    ctx = Context(args, cfg, options(args), workdir, log_dir, results, args.compare)
     print(f"sections: {', '.join(args.sections)} (logs in {log_dir})", flush=True)
     try:
         for name in args.sections:

@@ -11,6 +11,7 @@ from pathlib import Path
 from kernel.settings import Settings
 from loadtest.bench import results as store
 from loadtest.bench.harness import Harness, Options
+from loadtest.measure import trees
 
 
 @dataclass
@@ -21,6 +22,8 @@ class Context:
     workdir: Path
     log_dir: Path
     results: store.Results
+    # Code trees to measure beside the current code (``--compare NAME=DIR|REV``).
+    compare: list[trees.Wanted] = field(default_factory=list)
     _harness: Harness | None = field(default=None)
 
     def harness(self, with_sale: bool = True) -> Harness:

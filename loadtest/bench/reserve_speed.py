@@ -1,6 +1,7 @@
-"""``python -m loadtest.bench.reserve_speed``: the reserve path of code trees side by side.
+"""The ``reserve_speed`` section: the reserve path of code trees side by side.
 
-Each tree (``--tree NAME=DIR``, a copy of the project: e.g. the committed code and the work tree)
+Each tree (``--compare NAME=DIR|REV``: a copy of the project or a revision; the current code is
+always the last)
 serves one gateway worker pinned to the server core, the load generator runs on the other core;
 the trees alternate within every round (rotated order), so both see the same machine. The
 shared stack is left where the scheduler puts it (other people use it: nothing is re-pinned).
@@ -9,30 +10,24 @@ shared stack is left where the scheduler puts it (other people use it: nothing i
   req/s and the gateway's CPU µs per 202 at saturation; the naive gateway beside them;
 - open loop at fractions of each tree's own median closed-loop rate, by two instruments on the
   same gateway process: the project's generator (``loadtest.generators.openloop``) and vegeta
-  (``--vegeta``: a targets file with one buyer token per request), whose latencies are given
-  both as vegeta reports them (from the moment it sent) and from each request's intended send
-  time (``seq / rate``, as the project's generator measures);
+  (``--reserve-speed-vegeta``: a targets file with one buyer token per request), whose latencies
+  are given both as vegeta reports them (from the moment it sent) and from each request's
+  intended send time (``seq / rate``, as the project's generator measures);
 - each generator's ceiling against nginx ``return 410`` at 2x the highest offered rate;
-- ``--profile S``: a py-spy sampling profile of the first tree's worker under closed-loop load,
-  its samples bucketed into the stages of one 202 (``stages``).
-
-Prints one ``RESERVE_SPEED_JSON`` line (and writes ``--json``).
+- ``--reserve-speed-profile S``: a py-spy sampling profile of the first tree's worker under
+  closed-loop load, its samples bucketed into the stages of one 202 (``loadtest.measure.profile``).
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 import re
-import shutil
-import statistics
 import subprocess
 import sys
-import time
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,81 +35,45 @@ import httpx
 
 from flashsale import stack
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
-from kernel.settings import PROJECT_ROOT, Settings, settings
+from kernel.settings import PROJECT_ROOT, Settings
+from loadtest.bench import results as store
 from loadtest.bench import sale, servers, topics
+from loadtest.bench.context import Context
 from loadtest.bench.harness import GATEWAY_ENV
-from loadtest.constants import REPORTS_DIR
+from loadtest.bench.report import fmt
+from loadtest.bench.stats import figure, paired_ratio, select
 from loadtest.generators import openloop, tokens, wrk
 from loadtest.generators import vegeta as vegeta_gen
-from loadtest.measure import cpu
+from loadtest.measure import cpu, stamps
+from loadtest.measure import trees as trees_mod
+from loadtest.measure.profile import stages
+from loadtest.measure.trees import Tree
 from rig.ports import free_port
 
-SUMMARY_PREFIX = "RESERVE_SPEED_JSON "
+SECTION = "reserve_speed"
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    naive: bool = field(default=True, metadata={"help": "the naive gateway in closed loop too"})
+    open_rounds: int = field(default=1, metadata={"help": "open-loop rounds"})
+    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
+    warmup: float = field(default=2.0, metadata={"help": "wrk warm-up seconds"})
+    fractions: str = field(default="0.5,0.9", metadata={"help": "open-loop rates, of each max"})
+    rates: str = field(default="", metadata={"help": "open-loop req/s instead of fractions"})
+    ceiling: bool = field(default=False, metadata={"help": "each generator against nginx"})
+    vegeta: str = field(default="", metadata={"help": "vegeta binary: vegeta beside openloop"})
+    profile: float = field(default=0.0, metadata={"help": "py-spy seconds, first tree's run"})
+    stamps: bool = field(
+        default=False, metadata={"help": "a stamped copy of the current code too: time per stage"}
+    )
+
+
 CONNECTIONS = 256
 # Between the benchmark's range and the voucher benchmark's port (loadtest/constants.py), so a
 # run beside ``python -m loadtest.bench`` does not take its ports.
 PORTS = range(18300, 18390)
 SERVER_CORE, LOAD_CORE = 0, 1
-
-# Stages of one 202, by the first frame (from the leaf up) whose function or file matches; the
-# rest is the event loop, the HTTP server and the interpreter ("other").
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("metrics", ("hot_counters.py", "gateway/metrics.py", "RouteStats.observe")),
-    ("token verification", ("gateway/auth.py", "gateway/hs256.py", "gateway/tokens.py")),
-    ("order id + event encoding", ("kernel/ids.py", "kernel/events.py", "payload_for")),
-    ("kafka: produce", ("OrderProducer.send",)),
-    ("kafka: delivery poll + reports", ("gateway/producer.py",)),
-    ("outbox ack", ("gateway/acks.py", "ack_outbox")),
-    ("redis: queue a call", ("AutoPipeline._queue", "AutoPipeline.call", "AutoPipeline.node_of")),
-    ("redis: pack + write a batch", ("AutoPipeline._flush", "AutoPipeline._send", "NodeLink.send")),
-    ("redis: read + settle replies", ("NodeLink.data_received", "AutoPipeline._answered")),
-    ("redis: router + reserver coroutines", ("shard_router/",)),
-    ("response: ASGI send (into granian)", ("capture",)),
-    ("response: build", ("gateway/responses.py",)),
-    ("periodic tasks", ("kernel/periodic.py", "catalog.py", "gateway/outbox.py", "admission.py")),
-    ("purchase handler (own code)", ("gateway/purchase.py", "gateway/handoff.py", "items.py")),
-    ("app front + route stats", ("gateway/front.py", "gateway/asgi.py", "gateway/observed.py")),
-    ("granian's Python glue", ("granian/_futures.py", "granian/asgi.py")),
-    ("event loop (uvloop run, callbacks)", ("_spawn_asgi_lifespan_worker", "uvloop", "asyncio/")),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Tree:
-    name: str
-    root: Path
-    settings: tuple[tuple[str, str], ...] = ()  # Settings fields given to its gateway
-
-
-def parse_tree(text: str) -> Tree:
-    """``NAME=DIR`` or ``NAME=DIR,field=value,...`` (fields of Settings for its gateway)."""
-    name, sep, rest = text.partition("=")
-    root, *fields = rest.split(",")
-    pairs = tuple(tuple(f.split("=", 1)) for f in fields)
-    if not sep or not name or not Path(root).is_dir() or any(len(p) != 2 for p in pairs):
-        raise argparse.ArgumentTypeError(f"--tree NAME=DIR[,field=value...]: {text!r}")
-    return Tree(name, Path(root).resolve(), pairs)  # type: ignore[arg-type]
-
-
-def stages(collapsed: Iterable[str]) -> dict[str, float]:
-    """py-spy's ``--format raw`` lines (``frame;frame;... count``, root first) as each stage's
-    share of the samples."""
-    counts: Counter[str] = Counter()
-    for line in collapsed:
-        stack, _, count = line.rstrip().rpartition(" ")
-        if not stack or not count.isdigit() or count == "0":
-            continue
-        counts[_stage(stack.split(";"))] += int(count)
-    total = sum(counts.values())
-    return {stage: n / total for stage, n in counts.most_common()} if total else {}
-
-
-def _stage(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        for stage, marks in STAGES:
-            if any(mark in frame for mark in marks):
-                return stage
-    return "other"
 
 
 def vegeta(
@@ -137,9 +96,10 @@ def vegeta(
 
 
 class Bench:
-    def __init__(self, cfg: Settings, opts: argparse.Namespace, workdir: Path) -> None:
+    def __init__(self, cfg: Settings, opts: SpeedOptions, workdir: Path) -> None:
         self.cfg = cfg
         self.opts = opts
+        self.profile_now = opts.profile > 0
         self.workdir = workdir
         self.buyers = tokens.BuyerIds()
         self.taken: set[int] = set()
@@ -190,7 +150,7 @@ class Bench:
             wrk.run(url, o.warmup, CONNECTIONS, LOAD_CORE, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
             token_file = self.token_file("closed", count)
-            profile = self._profiler(session) if tree is not None and o.profile_now else None
+            profile = self._profiler(session) if tree is not None and self.profile_now else None
             with self.used(session) as use:
                 result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
             server_s, threads = use.of(session), use.threads
@@ -217,7 +177,7 @@ class Bench:
         }
 
     def _profiler(self, session: int) -> subprocess.Popen[bytes] | None:
-        self.opts.profile_now = False  # once per invocation
+        self.profile_now = False  # once per invocation
         worker = _worker_pid(session)
         out = self.workdir / "profile.txt"
         argv = [
@@ -247,7 +207,7 @@ class Bench:
                 ):
                     count = int(rate * (o.duration + 1)) + 1
                     token_file = self.token_file(f"open-{tool}", count)
-                    profile = self._profiler(session) if o.profile_now else None
+                    profile = self._profiler(session) if self.profile_now else None
                     with self.used(session) as use:
                         fig, answers = self._open_tool(tool, url, rate, token_file, count)
                     fig["load_core_busy"] = use.core_busy
@@ -331,81 +291,189 @@ def _worker_pid(session: int) -> int:
     return max(found) if found else session
 
 
-def run(cfg: Settings, opts: argparse.Namespace) -> dict[str, Any]:
-    workdir = REPORTS_DIR / "reserve-speed"
-    workdir.mkdir(parents=True, exist_ok=True)
+def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, Any]:
+    """The section: every tree of ``--compare`` (and the current code) in every round."""
+    cfg = ctx.cfg
+    workdir = ctx.workdir / "reserve-speed"
+    workdir.mkdir(exist_ok=True)
     bench = Bench(cfg, opts, workdir)
-    opts.profile_now = opts.profile > 0
-    trees: list[Tree] = opts.tree or [Tree("current", PROJECT_ROOT)]
+    trees = [*(trees_mod.check_out(w, workdir / "trees") for w in ctx.compare), trees_mod.CURRENT]
+    stamps_dir = workdir / "stamps"
+    if opts.stamps:
+        stamps_dir.mkdir()
+        trees.append(Tree("stamped", stamps.stamp(PROJECT_ROOT, workdir / "stamped", stamps_dir)))
     subjects: list[Tree | None] = [*trees, *([None] if opts.naive else [])]
-    closed: dict[str, list[dict[str, Any]]] = {t.name if t else "naive": [] for t in subjects}
-    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     with topics.own_topics(cfg, "speed") as env:
         bench.env = env
         try:
             with bench.gateway(trees[0]):
                 bench.made = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
-            for r in range(opts.rounds):
-                order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
-                for subject in order:
-                    m = bench.closed(subject)
+            for r in range(ctx.args.repeats):
+                for subject in store.rotate(subjects, r):
                     name = subject.name if subject else "naive"
-                    closed[name].append(m)
-                    print(f"[closed] round {r + 1} {name}: {m['rps']:,.0f} req/s "
-                          f"{m['cpu_us_per_202']:.0f} µs/202 p99 {m['p99_ms']:.1f} ms "
-                          f"non-2xx {m['non_2xx']}", flush=True)  # fmt: skip
-            out["closed"] = closed
-            out["closed_median_rps"] = {
-                name: statistics.median(m["rps"] for m in runs)
-                for name, runs in closed.items()
-                if runs
+                    rec.step(
+                        f"closed {name} #{r + 1}",
+                        ("closed", name, r),
+                        lambda t=subject: (bench.closed(t), []),  # type: ignore[misc]
+                        _brief_closed,
+                    )
+            medians = {
+                name: found.median
+                for name in {r["subject"] for r in rec.runs}
+                if (found := figure(select(rec.runs, SECTION, "closed", name), "rps"))
             }
-            out["open"] = []
             for r in range(opts.open_rounds):
-                for tree in trees[r % len(trees) :] + trees[: r % len(trees)]:
-                    top = out["closed_median_rps"].get(tree.name, 0.0)
-                    rates = opts.rates or [round(top * f, -1) for f in opts.fractions]
-                    out["open"] += bench.open(tree, rates)
-            if opts.open_rounds and opts.ceiling:
-                top = max(opts.rates or [out["closed_median_rps"][t.name] for t in trees])
-                fraction = 1.0 if opts.rates else max(opts.fractions)
-                out["ceilings"] = bench.ceilings(round(2 * top * fraction, -1))
+                for tree in store.rotate(trees, r):
+                    top = medians.get(tree.name, 0.0)
+                    fractions = _floats(opts.fractions)
+                    rates = _floats(opts.rates) or [round(top * f, -1) for f in fractions]
+                    for row in bench.open(tree, rates):
+                        rec.record(
+                            f"open@{row['rate']:g}", f"{tree.name}/{row['tool']}", r, row, []
+                        )
+            if opts.open_rounds and opts.ceiling and medians:
+                top = max(
+                    _floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
+                )
+                fraction = 1.0 if opts.rates else max(_floats(opts.fractions))
+                for row in bench.ceilings(round(2 * top * fraction, -1)):
+                    rec.record("ceiling", row["tool"], 0, row, [])
         finally:
             if bench.made is not None:
                 for item in bench.made.items:
                     bench.shards.drop(item)
             bench.shards.close()
-    return out
+    # One file per stamped gateway process (one a run): each run's stages.
+    for i, page in enumerate(sorted(stamps_dir.glob("stages-*.json"))):
+        rec.record("stages", "stamped", i, stamps.summary(json.loads(page.read_text())), [])
+    return {
+        **dataclasses.asdict(opts),
+        "repeats": ctx.args.repeats,
+        "trees": [
+            {"name": t.name, "root": str(t.root), "settings": dict(t.settings)} for t in trees
+        ],
+        "compare": [f"{w.name}={w.where}" for w in ctx.compare],
+        "connections": CONNECTIONS,
+    }
+
+
+STAGE_FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
+
+
+def _latency(m: dict[str, Any], key: str) -> float:
+    """The project generator's ``p99_ms``, or vegeta's from the intended send time."""
+    return float(m.get(f"{key}_ms", m.get(f"{key}_ms_intended", 0.0)))
 
 
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.reserve_speed", description=__doc__
+def _brief_closed(m: dict[str, Any]) -> str:
+    return (
+        f"{m['rps']:,.0f} req/s, {m['cpu_us_per_202']:.0f} µs/202, p99 {m['p99_ms']:.1f} ms,"
+        f" non-2xx {m['non_2xx']}"
     )
-    parser.add_argument("--tree", type=parse_tree, action="append", help="NAME=DIR, repeatable")
-    parser.add_argument("--naive", action="store_true", help="the naive gateway in closed loop")
-    parser.add_argument("--rounds", type=int, default=3, help="closed-loop rounds")
-    parser.add_argument("--open-rounds", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per measured run")
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument(
-        "--fractions", type=_floats, default=[0.5, 0.9], help="open-loop rates, of each max"
-    )
-    parser.add_argument("--rates", type=_floats, default=[], help="open-loop req/s instead")
-    parser.add_argument("--ceiling", action="store_true", help="generators against nginx")
-    parser.add_argument("--vegeta", default=shutil.which("vegeta") or "", help="vegeta binary")
-    parser.add_argument("--profile", type=float, default=0.0, help="py-spy seconds, first run")
-    parser.add_argument("--json", type=Path)
-    opts = parser.parse_args()
-    result = run(settings(), opts)
-    if opts.json:
-        opts.json.write_text(json.dumps(result, indent=1))
-    print(SUMMARY_PREFIX + json.dumps(result))
 
 
-if __name__ == "__main__":
-    main()
+# --- its part of bench.md ---------------------------------------------------------------------
+
+
+def render(data: store.Section) -> list[str]:
+    runs = [r for r in data["runs"] if r["metrics"]]
+    s = data["settings"]
+    names = [t["name"] for t in s["trees"]] + (["naive"] if s.get("naive") else [])
+    closed = [r for r in runs if r["scenario"] == "closed"]
+    base = names[0]
+    shown = ", ".join(f"`{t['name']}` ({t['root']})" for t in s["trees"])
+    out = [
+        "## The reserve path, code trees side by side",
+        "",
+        *fmt.provenance(data),
+        f"Trees: {shown}; every round runs"
+        " each once, in rotated order, one gateway worker on core 0, wrk"
+        f" ({s['connections']} connections, a fresh buyer per request: every answer a 202) on"
+        f" core 1. Ratios are paired per round against `{base}`.",
+        "",
+        *fmt.table(
+            ["tree", "closed req/s", f"÷ {base}", "CPU µs per 202", "p99 ms", "load core busy"],
+            [
+                [
+                    name,
+                    fmt.spread(figure(select(closed, SECTION, "closed", name), "rps")),
+                    fmt.ratio(
+                        paired_ratio(
+                            select(closed, SECTION, "closed", name),
+                            select(closed, SECTION, "closed", base),
+                            "rps",
+                        )
+                    ),
+                    fmt.spread(
+                        figure(select(closed, SECTION, "closed", name), "cpu_us_per_202"), fmt.ms
+                    ),
+                    fmt.spread(figure(select(closed, SECTION, "closed", name), "p99_ms"), fmt.ms),
+                    fmt.spread(
+                        figure(select(closed, SECTION, "closed", name), "load_core_busy"), fmt.pct
+                    ),
+                ]
+                for name in names
+            ],
+        ),  # fmt: skip
+    ]
+    opened = [r for r in runs if r["scenario"].startswith("open@")]
+    if opened:
+        out += [
+            "Open loop at fixed rates, each tree by the project's generator"
+            + (" and vegeta" if s.get("vegeta") else "")
+            + " (latency from each request's intended send time; vegeta's also from its send):",
+            "",
+            *fmt.table(
+                ["tree / tool", "offered req/s", "p50 ms", "p99 ms", "p99.9 ms", "answers/s",
+                 "CPU µs per answer"],
+                [
+                    [
+                        r["subject"], fmt.rate(r["metrics"]["rate"]),
+                        *(fmt.ms(_latency(r["metrics"], k)) for k in ("p50", "p99", "p999")),
+                        fmt.rate(r["metrics"]["throughput_rps"]),
+                        fmt.ms(r["metrics"]["cpu_us_per_answer"]),
+                    ]
+                    for r in opened
+                ],
+            ),
+        ]  # fmt: skip
+    ceilings = [r for r in runs if r["scenario"] == "ceiling"]
+    if ceilings:
+        out += [
+            "Each generator against nginx `return 410` at 2× the highest offered rate:",
+            "",
+            *fmt.table(
+                ["generator", "offered req/s", "answered req/s", "send lag p99 ms"],
+                [
+                    [r["subject"], *(fmt.rate(r["metrics"][k]) for k in ("rate", "throughput_rps")),
+                     fmt.ms(r["metrics"]["send_lag_p99_ms"])]
+                    for r in ceilings
+                ],
+            ),
+        ]  # fmt: skip
+    staged = [r["metrics"] for r in runs if r["scenario"] == "stages"]
+    if staged:
+        out += [
+            "Time per stage of one 202 in the stamped copy (its own stamps cost CPU: time only):"
+        ]
+        out += [""]
+        out += fmt.table(
+            ["stage", "n", "mean ms", "p50 ms", "p90 ms", "p99 ms"],
+            [
+                [
+                    stage,
+                    fmt.count(f["n"]),
+                    *(fmt.ms(f[k]) for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms")),
+                ]
+                for stage, f in staged[-1].items()
+            ],
+        )
+    profiles = [r["metrics"]["profile"] for r in runs if "profile" in r["metrics"]]
+    if profiles:
+        out += ["Where one 202's CPU went (py-spy samples of the first tree's worker):", ""]
+        out += fmt.table(["stage", "share"], [[k, fmt.pct(v)] for k, v in profiles[0].items()])
+    return [*out, ""]

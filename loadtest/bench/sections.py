@@ -22,6 +22,7 @@ from loadtest.bench import (
     loadgen,
     phases,
     redisbench,
+    reserve_speed,
     techniques,
     voucherbench,
     writerbench,
@@ -48,6 +49,7 @@ class Spec:
     render: Callable[[Got], list[str]]
     tools: tuple[str, ...] = ()
     options: type | None = None  # a dataclass with a default for every field
+    compares: bool = False  # measures every ``--compare`` tree beside the current code
 
 
 def add_flags(p: argparse.ArgumentParser, spec: Spec) -> None:
@@ -66,7 +68,9 @@ def add_flags(p: argparse.ArgumentParser, spec: Spec) -> None:
             )  # fmt: skip
         else:
             kind = type(f.default)
-            group.add_argument(flag, dest=dest, type=kind, default=f.default, help=helps)
+            group.add_argument(
+                flag, dest=dest, type=kind, default=f.default, help=helps, metavar=kind.__name__
+            )
 
 
 def options_of(args: argparse.Namespace, spec: Spec) -> Any:
@@ -246,6 +250,11 @@ SECTIONS: dict[str, Spec] = {
             "balancer", "The balancer answering sold out", balancer.measure,
             _part(balancer.render, "balancer"), ("wrk", "taskset", "nginx", "haproxy"),
             balancer.BalancerOptions,
+        ),
+        Spec(
+            "reserve_speed", "The reserve path, code trees side by side", reserve_speed.measure,
+            _part(reserve_speed.render, "reserve_speed"), ("wrk", "taskset", "nginx"),
+            reserve_speed.SpeedOptions, compares=True,
         ),
     )
 }  # fmt: skip

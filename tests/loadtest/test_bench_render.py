@@ -24,6 +24,7 @@ SECTIONS = (
     "vouchers",
     "loadgen",
     "balancer",
+    "reserve_speed",
 )
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel.settings import PROJECT_ROOT
-from loadtest.bench.reserve_stamps import stamp, summary
+from loadtest.measure.stamps import stamp, summary
 
 
 def test_summary_gives_count_mean_and_percentiles_in_ms() -> None:

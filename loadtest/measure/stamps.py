@@ -1,30 +1,24 @@
-"""``python -m loadtest.bench.reserve_stamps SRC DST``: a copy of the project at DST whose gateway
-times each stage of a purchase, for the breakdown of one 202
-(loadtest/bench/standalone/50-reserve-breakdown.md). Never run in production: the stamps cost
-CPU of their own, so the copy is measured for *time* per stage only (CPU per stage comes from
-py-spy on the unmodified code, ``python -m loadtest.bench.reserve_speed --profile``).
+"""A stamped copy of the project: its gateway times each stage of a purchase, for the breakdown
+of one 202 (the ``reserve_speed`` section's ``--reserve-speed-stamps``). Never run in production:
+the stamps cost CPU of their own, so the copy is measured for *time* per stage only (CPU per
+stage comes from py-spy on the unmodified code, ``--reserve-speed-profile``).
 
 The copy's gateway writes ``<stamps dir>/stages-<pid>.json`` every 10,000 answers: each stage's
-durations, which ``python -m loadtest.bench.reserve_stamps FILE`` prints as count, mean, p50,
-p90 and p99 in ms. Serve the copy with
-``python -m loadtest.bench.reserve_speed --tree stamped=DST``. Each edit names the line it goes
-next to; when the code has moved, the copy fails with the anchor that is gone.
+durations, which ``summary`` gives as count, mean, p50, p90 and p99 in ms. Each edit names the
+line it goes next to; when the code has moved, the copy fails with the anchor that is gone.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 from pathlib import Path
-from typing import Any
 
 from loadtest.measure import latency
 
 STAMPS_DIR = Path("/tmp")  # noqa: S108 - a throw-away measurement's output
 
 # The module the copy's gateway records into (kernel/stagetimes.py in the copy only).
-_RECORDER = '''"""Stage durations of the stamped copy (loadtest/bench/reserve_stamps.py)."""
+_RECORDER = '''"""Stage durations of the stamped copy (loadtest/measure/stamps.py)."""
 import json, os
 _d = {}
 _n = [0]
@@ -185,7 +179,7 @@ def stamp(src: Path, dst: Path, stamps_dir: Path = STAMPS_DIR) -> Path:
         text = path.read_text()
         if text.count(anchor) != 1:
             raise SystemExit(
-                f"{name}: the anchor moved, update loadtest/bench/reserve_stamps.py:\n{anchor}"
+                f"{name}: the anchor moved, update loadtest/measure/stamps.py:\n{anchor}"
             )
         path.write_text(text.replace(anchor, replacement))
     return dst
@@ -204,24 +198,3 @@ def summary(raw: dict[str, list[float]]) -> dict[str, dict[str, float]]:
             **{f"p{p}_ms": found.ms(p) for p in (50, 90, 99)},
         }
     return out
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.reserve_stamps")
-    parser.add_argument("src", type=Path, help="the project to copy (or a stages-<pid>.json)")
-    parser.add_argument("dst", type=Path, nargs="?", help="where the stamped copy goes")
-    parser.add_argument("--summary", action="store_true", help="SRC is a stages-<pid>.json")
-    args = parser.parse_args()
-    if args.summary or args.dst is None:
-        figures: dict[str, Any] = summary(json.loads(args.src.read_text()))
-        for stage, f in figures.items():
-            print(
-                f"{stage:48s} n={f['n']:>7.0f} mean {f['mean_ms']:8.3f} p50 {f['p50_ms']:8.3f}"
-                f" p90 {f['p90_ms']:8.3f} p99 {f['p99_ms']:8.3f}"
-            )
-        return
-    print(stamp(args.src, args.dst))
-
-
-if __name__ == "__main__":
-    main()
