@@ -229,11 +229,11 @@ class Settings:
     # The balancer as the edge (deploy/haproxy/haproxy.cfg.tmpl): requests one gateway
     # process is given at once (haproxy's per-server maxconn; the rest wait in haproxy, where no
     # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
-    # at once, and how long a queued one may wait (timeout queue). Measured: see
-    # loadtest/bench/standalone/30-overload.md. edge_maxconn: client connections haproxy holds.
-    # Measured on the quiet machine with haproxy off the gateway's core (30-overload.md, runs
-    # E-H): 384 slots keep a gateway's pipelines full (0.96 of its maximum at 2x offered, 0.92
-    # at 5x; 256 gave 0.88, 0.80); a queue of 32 drains in ~6 ms, so nearly every refusal is
+    # at once, and how long a queued one may wait (timeout queue). Measured by the overload
+    # section (python -m loadtest.bench --only overload). edge_maxconn: client connections
+    # haproxy holds. Measured on the quiet machine with haproxy off the gateway's core: 384
+    # slots keep a gateway's pipelines full (0.96 of its maximum at 2x offered, 0.92 at 5x;
+    # 256 gave 0.88, 0.80); a queue of 32 drains in ~6 ms, so nearly every refusal is
     # the at-once kind (p99 9.5 ms at 2x; 256 queued gave ~100 ms, the queue timeout itself).
     edge_server_maxconn: int = 384
     edge_queue_per_server: int = 32

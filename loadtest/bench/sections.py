@@ -20,6 +20,7 @@ from loadtest.bench import (
     balancer,
     fullspike,
     loadgen,
+    overload,
     phases,
     redisbench,
     reserve_speed,
@@ -255,6 +256,11 @@ SECTIONS: dict[str, Spec] = {
             "reserve_speed", "The reserve path, code trees side by side", reserve_speed.measure,
             _part(reserve_speed.render, "reserve_speed"), ("wrk", "taskset", "nginx"),
             reserve_speed.SpeedOptions, compares=True,
+        ),
+        Spec(
+            "overload", "Overload: 2×, 5×, 10× one gateway's maximum", overload.measure,
+            _part(overload.render, "overload"), ("wrk", "taskset", "nginx", "haproxy"),
+            overload.OverloadOptions,
         ),
     )
 }  # fmt: skip

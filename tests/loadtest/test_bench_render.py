@@ -25,6 +25,7 @@ SECTIONS = (
     "loadgen",
     "balancer",
     "reserve_speed",
+    "overload",
 )
 
 

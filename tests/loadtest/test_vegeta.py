@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench import overload, phased_vegeta
-from loadtest.bench.phased import Phase, recovery_s
+from loadtest.generators import phased_vegeta
+from loadtest.generators.phased import Phase, recovery_s
 from loadtest.generators.vegeta import Hit, read_csv, summary
+from tests.loadtest.test_planner import render_bench, write_sections
 
 
 def _late_fifth() -> list[Hit]:
@@ -83,9 +84,26 @@ def _row(multiple: float, offered: float, sent: float | None) -> dict[str, objec
     }  # fmt: skip
 
 
-def test_overload_table_marks_the_rows_vegeta_could_not_offer() -> None:
+@pytest.mark.timeout(60)
+def test_overload_table_marks_the_rows_vegeta_could_not_offer(tmp_path: Path) -> None:
     rows = [_row(0.5, 500, 500), _row(2, 2000, 1200), _row(5, 5000, None)]
-    assert [overload.generator_limited(r) for r in rows] == [False, True, False]
-    half, double, five = overload.table("reserve", 1000, rows).splitlines()[4:]
+    section = {
+        "command": ".venv/bin/python -m loadtest.bench --only overload",
+        "started_at": "2026-12-02 00:00:00", "finished_at": "2026-12-02 00:05:00",
+        "commit": "abc1234", "clean": True, "changes": "0 modified, 0 untracked files",
+        "machine": {"nproc": 2, "cpu_model": "x", "kernel": "6", "memory_gib": 8.0,
+                    "loadavg_start": 1.0, "loadavg_end": 1.0},
+        "versions": {"Python": "3.11"},
+        "settings": {"repeats": 1, "maxima": {"reserve": 1000.0}},
+        "runs": [
+            {"phase": "overload", "scenario": "reserve", "subject": str(r["run"]), "repeat": i,
+             "at": "00:00:00", "loadavg_1m": 1.0, "metrics": r, "problems": []}
+            for i, r in enumerate(rows)
+        ],
+    }  # fmt: skip
+    results = write_sections({"sections": {"overload": section}}, tmp_path / "sections")
+    text = render_bench(results, tmp_path / "bench.md")
+    part = text[text.index("### reserve path (maximum 1,000 req/s, closed loop)") :]
+    half, double, five = part.splitlines()[4:7]
     assert double.startswith("| 2× (2,000/s) † sent 1,200/s |")
     assert "†" not in half and "†" not in five

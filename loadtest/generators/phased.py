@@ -6,7 +6,7 @@ answers in histograms of their own) and an after phase at a normal rate, whose 1
 say when the server was back: the recovery. Latency is from each request's intended send time,
 as in openloop.py (no coordinated omission).
 
-``python -m loadtest.bench.phased URL --phase RATE:SECONDS ... [--tokens FILE] --accepted 202``
+``python -m loadtest.generators.phased URL --phase RATE:SECONDS ... [--tokens FILE] --accepted 202``
 prints one ``PHASED_JSON {...}`` line.
 """
 
@@ -171,7 +171,7 @@ def measure(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One phased run in a subprocess pinned to ``core``; its summary."""
-    argv = [sys.executable, "-m", "loadtest.bench.phased", url, "--accepted", str(accepted)]
+    argv = [sys.executable, "-m", "loadtest.generators.phased", url, "--accepted", str(accepted)]
     argv += ["--connections", str(connections)]
     for phase in phases:
         argv += ["--phase", f"{phase.rate:g}:{phase.seconds:g}"]
@@ -183,7 +183,9 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.phased", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.generators.phased", description=__doc__
+    )
     parser.add_argument("url")
     parser.add_argument("--phase", action="append", required=True, help="RATE:SECONDS")
     parser.add_argument("--accepted", type=int, required=True, help="the status that is goodput")

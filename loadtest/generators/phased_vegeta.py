@@ -1,4 +1,4 @@
-"""The overload benchmark's phases (loadtest/bench/phased.py) offered by vegeta instead of the
+"""The overload benchmark's phases (loadtest/generators/phased.py) offered by vegeta instead of the
 project's Python generator: a Go client offers several times the rate on the same core, so the
 5× and 10× rows reach the server.
 
@@ -18,8 +18,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.phased import AFTER, MEASURED, REFUSALS, WINDOW_S, Phase
 from loadtest.generators import vegeta
+from loadtest.generators.phased import AFTER, MEASURED, REFUSALS, WINDOW_S, Phase
 from loadtest.measure.latency import Latencies
 
 MS = 1e6  # ns
