@@ -57,7 +57,7 @@ class Settings:
     # quorum fails over first). Lower risks fencing a live broker on a starved 2-core box.
     kafka_session_timeout_ms: int = 3000
     # How long a Redis primary may be unreachable before its replica takes over, and how stale
-    # (in node timeouts) a replica may be and still do so (python -m loadtest.bench.failover).
+    # (in node timeouts) a replica may be and still do so (loadtest.bench --only failover).
     # Measured after a SIGKILL, replica writable: 3000 ms → 4.4-5.7 s, 1000 → 1.9-2.8 s, 500 →
     # 1.6-1.9 s; a primary paused 1 s is failed over at 500 (2/3) and 750 (1/8), not at 1000
     # (0/8); 2 s pauses are, below 2000. The validity factor changed nothing measurable. A dead

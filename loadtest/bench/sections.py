@@ -18,6 +18,7 @@ from typing import Any
 
 from loadtest.bench import (
     balancer,
+    failover,
     fullspike,
     loadgen,
     overload,
@@ -261,6 +262,10 @@ SECTIONS: dict[str, Spec] = {
             "overload", "Overload: 2×, 5×, 10× one gateway's maximum", overload.measure,
             _part(overload.render, "overload"), ("wrk", "taskset", "nginx", "haproxy"),
             overload.OverloadOptions,
+        ),
+        Spec(
+            "failover", "Redis Cluster failover against its settings", failover.run,
+            _part(failover.render, "failover"), ("redis-server",), failover.FailoverOptions,
         ),
     )
 }  # fmt: skip

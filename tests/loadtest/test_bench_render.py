@@ -26,6 +26,7 @@ SECTIONS = (
     "balancer",
     "reserve_speed",
     "overload",
+    "failover",
 )
 
 
