@@ -25,6 +25,7 @@ from loadtest.bench import (
     phases,
     redisbench,
     reserve_speed,
+    room,
     techniques,
     voucherbench,
     writerbench,
@@ -266,6 +267,10 @@ SECTIONS: dict[str, Spec] = {
         Spec(
             "failover", "Redis Cluster failover against its settings", failover.run,
             _part(failover.render, "failover"), ("redis-server",), failover.FailoverOptions,
+        ),
+        Spec(
+            "room", "The waiting room: joins and polls beside the sold-out path", room.measure,
+            _part(room.render, "room"), ("wrk", "taskset"), room.RoomOptions,
         ),
     )
 }  # fmt: skip

@@ -27,6 +27,7 @@ SECTIONS = (
     "reserve_speed",
     "overload",
     "failover",
+    "room",
 )
 
 
