@@ -26,6 +26,7 @@ from loadtest.bench import (
     redisbench,
     reserve_speed,
     room,
+    starvation,
     techniques,
     voucherbench,
     writerbench,
@@ -271,6 +272,11 @@ SECTIONS: dict[str, Spec] = {
         Spec(
             "room", "The waiting room: joins and polls beside the sold-out path", room.measure,
             _part(room.render, "room"), ("wrk", "taskset"), room.RoomOptions,
+        ),
+        Spec(
+            "starvation", "Connection starvation: the same load with and without an attack",
+            starvation.measure, _part(starvation.render, "starvation"), ("taskset", "haproxy"),
+            starvation.StarvationOptions,
         ),
     )
 }  # fmt: skip

@@ -28,6 +28,7 @@ SECTIONS = (
     "overload",
     "failover",
     "room",
+    "starvation",
 )
 
 
