@@ -98,7 +98,7 @@ class Settings:
     # pipelined batch with a script call ends with WAIT <replicas> <timeout> on the same node
     # connection; fewer acknowledgements fail the batch's writes with ShardUnavailable (503). The
     # timeout stays well inside redis_timeout_ms, the batch's deadline; 0 replicas sends no WAIT
-    # (to measure its cost: python -m loadtest.bench.wait_cost). Loads wait for the replica too.
+    # (to measure its cost: loadtest.bench --only wait_cost). Loads wait for the replica too.
     redis_wait_replicas: int = 1
     redis_wait_timeout_ms: int = 100
     # How long a buyer's unfinished borrow (home shard empty, a unit taken from another shard)

@@ -29,6 +29,7 @@ from loadtest.bench import (
     starvation,
     techniques,
     voucherbench,
+    wait_cost,
     writerbench,
 )
 from loadtest.bench import results as store
@@ -277,6 +278,10 @@ SECTIONS: dict[str, Spec] = {
             "starvation", "Connection starvation: the same load with and without an attack",
             starvation.measure, _part(starvation.render, "starvation"), ("taskset", "haproxy"),
             starvation.StarvationOptions,
+        ),
+        Spec(
+            "wait_cost", "Cost of waiting for the replica (WAIT) on the reserve path",
+            wait_cost.measure, _part(wait_cost.render, "wait_cost"), (), wait_cost.WaitOptions,
         ),
     )
 }  # fmt: skip

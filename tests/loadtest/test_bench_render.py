@@ -29,6 +29,7 @@ SECTIONS = (
     "failover",
     "room",
     "starvation",
+    "wait_cost",
 )
 
 

@@ -19,8 +19,6 @@ from loadtest.bench.report.fmt import machine, not_run, ratio, run_command, tabl
 from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
 BENCH_MD = PROJECT_ROOT / "bench.md"
-# One file per standalone measurement, appended in name order, so each has one owner.
-STANDALONE_DIR = Path(__file__).resolve().parent.parent / "standalone"
 
 
 @dataclass(frozen=True)
@@ -202,27 +200,9 @@ def render(res: store.Results, parts: Sequence[Part]) -> str:
         *report_capacity.capacity_model(res),
         *_checks(res),
         *_method(res),
-        "",
-        _standalone(),  # measurements made by their own commands
     ]
     return "\n".join(body).rstrip() + "\n"
 
 
-def _standalone() -> str:
-    pages = sorted(STANDALONE_DIR.glob("*.md"))
-    return "\n\n".join(page.read_text().rstrip() for page in pages)
-
-
 def write(res: store.Results, parts: Sequence[Part], bench_md: Path = BENCH_MD) -> None:
     bench_md.write_text(render(res, parts))
-
-
-_STANDALONE_HEADING = "## Standalone measurements"
-
-
-def refresh_standalone(bench_md: Path = BENCH_MD) -> None:
-    """Replace only bench.md's standalone part with the pages as they are now, keeping the
-    measured sections as rendered (for a page rewritten by its own command)."""
-    text = bench_md.read_text()
-    head = text[: text.index(_STANDALONE_HEADING)] if _STANDALONE_HEADING in text else text
-    bench_md.write_text(head.rstrip() + "\n\n" + _standalone().rstrip() + "\n")
