@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from kernel.settings import PROJECT_ROOT
-from tests.loadtest.test_planner import render_bench
+from tests.loadtest.test_planner import render_bench, write_sections
 
 SECTIONS_DIR = PROJECT_ROOT / "loadtest" / "reports" / "sections"
 # Every section of the harness, in the report's order.
@@ -57,3 +58,52 @@ def test_rendering_reads_only_the_given_files_and_writes_no_section(tmp_path: Pa
     assert not list(results.iterdir())
     for name in SECTIONS:
         assert f"--only {name}`" in text
+
+
+def _section(
+    name: str, settings: dict[str, Any], runs: list[tuple[str, str, dict[str, Any]]]
+) -> dict[str, Any]:
+    return {
+        "command": f".venv/bin/python -m loadtest.bench --only {name}",
+        "started_at": "2026-12-02 00:00:00", "finished_at": "2026-12-02 00:05:00",
+        "commit": "abc1234", "clean": False, "changes": "1 modified, 0 untracked files",
+        "machine": {"nproc": 2, "cpu_model": "x", "kernel": "6", "memory_gib": 8.0,
+                    "loadavg_start": 1.0, "loadavg_end": 1.5},
+        "versions": {"Python": "3.11"},
+        "settings": {"repeats": 1, **settings},
+        "runs": [
+            {"phase": name, "scenario": scenario, "subject": subject, "repeat": i,
+             "at": "00:00:00", "loadavg_1m": 1.0, "metrics": metrics, "problems": []}
+            for i, (scenario, subject, metrics) in enumerate(runs)
+        ],
+    }  # fmt: skip
+
+
+@pytest.mark.timeout(60)
+def test_the_folded_runners_parts_render_their_figures(tmp_path: Path) -> None:
+    wrk = {"p99_ms": 3.0, "cpu_us_per_req": 40.0}
+    opened = {"achieved_rps": 1000.0, "p50_ms": 1.0, "p99_ms": 2.0, "p999_ms": 3.0,
+              "max_ms": 4.0, "statuses": {"202": 10}, "peak_rss_mb": 90.0}  # fmt: skip
+    sections = {
+        "failover": _section("failover", {}, [("failover", "1000", {
+            "node_timeout_ms": 1000, "validity_factor": 10, "watched": False,
+            "promoted_s": [1.9, 2.1, 2.8], "router_s": [2.0], "other_failures": 0,
+            "failovers_1s": [False], "failovers_2s": [True]})]),
+        "room": _section("room", {}, [
+            ("room", "sold out", {"rps": 8000.0, **wrk}),
+            ("room", "poll", {"rps": 4000.0, **wrk, "cpu_us_per_req": 80.0})]),
+        "starvation": _section("starvation", {"rate": 1000.0}, [
+            ("starvation", "without the attack", opened),
+            ("starvation", "with the attack", {**opened, "p99_ms": 5.0})]),
+        "wait_cost": _section(
+            "wait_cost", {"shards": 6, "seconds": 3.0, "wait_timeout_ms": 100}, [
+                ("callers=16", "on", {"per_s": 16000.0, "p50_ms": 0.9, "p99_ms": 3.2}),
+                ("callers=16", "off", {"per_s": 25000.0, "p50_ms": 0.55, "p99_ms": 2.3})]),
+    }  # fmt: skip
+    results = write_sections({"sections": sections}, tmp_path / "sections")
+    text = render_bench(results, tmp_path / "bench.md")
+    assert "| 1000 ms | 10 | 1.90 / 2.10 / 2.80 | 2.00 / 2.00 / 2.00 | 0 | 0/1 | 1/1 |" in text
+    assert "| poll | 4,000 | 0.50 | 80 | 2.00 | 3.0 |" in text
+    assert "Purchase p99 with the attack ÷ without: 2.50×." in text
+    assert "| 16 | 16,000 | 25,000 | 0.64 | 0.90 / 0.55 | 3.20 / 2.30 |" in text
+    assert "commit abc1234 dirty (1 modified, 0 untracked files)" in text
