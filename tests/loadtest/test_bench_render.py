@@ -37,6 +37,7 @@ SECTIONS = (
 @pytest.mark.timeout(60)
 def test_the_committed_files_render_every_section(tmp_path: Path) -> None:
     text = render_bench(SECTIONS_DIR, tmp_path / "bench.md")
+    assert "not measured" not in text
     rows = [line for line in text.splitlines() if line.startswith("| ")]
     for name in SECTIONS:
         committed = SECTIONS_DIR / f"{name}.json"
