@@ -3,10 +3,10 @@ purchase to the last order committed in PostgreSQL.
 
 One gateway worker (server core) in front of an item of ``units`` units on ``shards`` shards; a
 writer process (unpinned: it shares the machine with the stack) on a Kafka topic of the run's own;
-wrk (load core, ``wrk/spike.lua``) sends ``buyers`` distinct buyers, each exactly once, as fast as
-the gateway answers. Meanwhile the item's orders are counted in PostgreSQL every ``POLL_S``.
-Afterwards the sale is checked: exactly ``units`` 202s, ``units`` order rows from as many distinct
-buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
+wrk (load core, ``loadtest/generators/wrk/spike.lua``) sends ``buyers`` distinct buyers, each
+exactly once, as fast as the gateway answers. Meanwhile the item's orders are counted in PostgreSQL
+every ``POLL_S``. Afterwards the sale is checked: exactly ``units`` 202s, ``units`` order rows from
+as many distinct buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
 """
 
 from __future__ import annotations

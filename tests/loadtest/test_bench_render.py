@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,20 @@ def test_the_folded_runners_parts_render_their_figures(tmp_path: Path) -> None:
     assert "Purchase p99 with the attack ÷ without: 2.50×." in text
     assert "| 16 | 16,000 | 25,000 | 0.64 | 0.90 / 0.55 | 3.20 / 2.30 |" in text
     assert "commit abc1234 dirty (1 modified, 0 untracked files)" in text
+
+
+# A repository path in backticks, as the docs and bench.md's text name files.
+NAMED_PATH = re.compile(r"`((?:[\w.-]+/)+[\w.-]+\.(?:py|lua|md|conf|json|tmpl|yml|cfg))`")
+
+
+def _gone(text: str, *bases: Path) -> list[str]:
+    return sorted(p for p in NAMED_PATH.findall(text) if not any((b / p).exists() for b in bases))
+
+
+def test_the_docs_and_the_report_text_name_only_paths_that_exist() -> None:
+    assert _gone((PROJECT_ROOT / "README.md").read_text(), PROJECT_ROOT) == []
+    loadtest = PROJECT_ROOT / "loadtest"
+    assert _gone((loadtest / "README.md").read_text(), loadtest, PROJECT_ROOT) == []
+    # bench.md's prose is the renderer's: every path its sections' text names.
+    sources = "".join(p.read_text() for p in sorted((loadtest / "bench").rglob("*.py")))
+    assert _gone(sources, PROJECT_ROOT) == []
