@@ -20,11 +20,8 @@ KINDS = ("flash", "ordinary")
 
 
 def measure() -> dict[str, Any]:
-    done = child.run(
-        [sys.executable, "-m", MODULE], voucher_load.RESULT_PREFIX, what=MODULE,
-        timeout_s=TIMEOUT_S,
-    )  # fmt: skip
-    report: dict[str, Any] = done.result
+    argv = [sys.executable, "-m", MODULE]
+    report = child.summary(argv, voucher_load.RESULT_PREFIX, what=MODULE, timeout_s=TIMEOUT_S)
     for key in ("flash_rps", "ordinary_rps", "ratio"):
         if key not in report:
             raise RuntimeError(f"{MODULE} printed no {key!r}")

@@ -39,12 +39,8 @@ def command(orders: int, orders_at_1: int) -> str:
 
 
 def measure(batch_sizes: Sequence[int], orders: int, orders_at_1: int) -> dict[str, Any]:
-    done = child.run(
-        argv(batch_sizes, orders, orders_at_1), writer_load.RESULT_PREFIX, what="writer_load",
-        timeout_s=TIMEOUT_S,
-    )  # fmt: skip
-    report: dict[str, Any] = done.result
-    return report
+    shown = argv(batch_sizes, orders, orders_at_1)
+    return child.summary(shown, writer_load.RESULT_PREFIX, what="writer_load", timeout_s=TIMEOUT_S)
 
 
 def run(rec: Recorder, repeats: int, orders: int, orders_at_1: int) -> dict[str, Any]:

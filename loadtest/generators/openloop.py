@@ -295,9 +295,7 @@ def measure(
         argv += ["--tokens", str(tokens)]
     if drain_s is not None:
         argv += ["--drain", f"{drain_s:g}"]
-    found = child.run(argv, SUMMARY_PREFIX, what="openloop", timeout_s=timeout_s, core=core)
-    summary: dict[str, Any] = found.result
-    return summary
+    return child.summary(argv, SUMMARY_PREFIX, what="openloop", timeout_s=timeout_s, core=core)
 
 
 def main() -> None:

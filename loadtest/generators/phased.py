@@ -177,9 +177,7 @@ def measure(
         argv += ["--phase", f"{phase.rate:g}:{phase.seconds:g}"]
     if tokens is not None:
         argv += ["--tokens", str(tokens)]
-    found = child.run(argv, SUMMARY_PREFIX, what="phased load", timeout_s=timeout_s, core=core)
-    summary: dict[str, Any] = found.result
-    return summary
+    return child.summary(argv, SUMMARY_PREFIX, what="phased load", timeout_s=timeout_s, core=core)
 
 
 def main() -> None:

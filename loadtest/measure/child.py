@@ -62,3 +62,11 @@ def run(
     why = f"exit {done.returncode}: {done.stderr[-2000:]}"
     result = result_line(done.stdout.splitlines(), prefix, what, why)
     return Finished(result, used, done.returncode)
+
+
+def summary(argv: list[str], prefix: str, **how: Any) -> dict[str, Any]:
+    """``run``'s result line, which must be a JSON object."""
+    found = run(argv, prefix, **how).result
+    if not isinstance(found, dict):
+        raise RuntimeError(f"{how.get('what', argv[0])}: its {prefix.strip()} line is no object")
+    return found

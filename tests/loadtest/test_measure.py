@@ -44,3 +44,11 @@ def test_a_child_without_a_result_line_is_an_error_naming_its_exit() -> None:
     code = "import sys; print('oops', file=sys.stderr); sys.exit(3)"
     with pytest.raises(RuntimeError, match="exit 3: oops"):
         child.run([sys.executable, "-c", code], "X ", what="child", timeout_s=30)
+
+
+def test_a_summary_must_be_a_json_object() -> None:
+    code = "print('X [1, 2]')"
+    with pytest.raises(RuntimeError, match="no object"):
+        child.summary([sys.executable, "-c", code], "X ", what="child", timeout_s=30)
+    found = child.summary([sys.executable, "-c", "print('X {}')"], "X ", what="c", timeout_s=30)
+    assert found == {}
