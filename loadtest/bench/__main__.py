@@ -24,7 +24,7 @@ from pathlib import Path
 from types import FrameType
 
 from kernel.settings import settings
-from loadtest.bench import machine, report, techniques
+from loadtest.bench import machine, report
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
 from loadtest.bench.harness import Options
@@ -52,18 +52,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     # gateway is saturated at either.
     p.add_argument("--reserve-connections", type=int, default=256)
     p.add_argument("--open-connections", type=int, default=256)
-    p.add_argument("--open-fractions", default="0.5,0.9", help="of the gateway's closed-loop max")
-    p.add_argument("--soldout-max", type=float, help="req/s to take the fractions of (sold-out)")
-    p.add_argument("--reserve-max", type=float, help="req/s to take the fractions of (reserve)")
-    p.add_argument("--spike-units", type=int, default=10_000)
-    p.add_argument("--spike-buyers", type=int, default=200_000)
-    p.add_argument("--spike-shards", type=int, default=8)
-    p.add_argument("--spike-connections", type=int, default=256)
-    p.add_argument("--writer-orders", type=int, default=20_000)
-    p.add_argument("--writer-orders-at-1", type=int, default=2_000)
-    p.add_argument("--technique-clients", default="1,8,64")
-    p.add_argument("--technique-attempts", type=int, default=techniques.ATTEMPTS)
-    p.add_argument("--technique-units", type=int, default=techniques.UNITS)
     p.add_argument("--output", type=Path, default=report.BENCH_MD, help="the report to rewrite")
     p.add_argument(
         "--render",
@@ -84,17 +72,17 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.quick:
         args.duration, args.repeats = 3.0, 1
-        args.spike_units, args.spike_buyers = 2_000, 40_000
-        args.writer_orders, args.writer_orders_at_1 = 5_000, 500
-        args.technique_attempts = 2_000
     args.sections = [s for s in (args.only or ",".join(SECTIONS)).split(",") if s]
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         p.error(f"unknown sections {sorted(unknown)}; known: {', '.join(SECTIONS)}")
     if args.compare and (single := [s for s in args.sections if not SECTIONS[s].compares]):
         p.error(f"--compare: sections {', '.join(single)} measure the current code only")
-    args.fractions = [float(f) for f in args.open_fractions.split(",") if f]
-    args.clients = [int(c) for c in args.technique_clients.split(",") if c]
+    for name in args.sections:
+        try:
+            options_of(args, SECTIONS[name])
+        except ValueError as exc:
+            p.error(str(exc))
     return args
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -55,6 +55,7 @@ class Spec:
     tools: tuple[str, ...] = ()
     options: type | None = None  # a dataclass with a default for every field
     compares: bool = False  # measures every ``--compare`` tree beside the current code
+    quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # options under --quick
 
 
 def add_flags(p: argparse.ArgumentParser, spec: Spec) -> None:
@@ -83,7 +84,40 @@ def options_of(args: argparse.Namespace, spec: Spec) -> Any:
     if spec.options is None:
         return None
     names = (f.name for f in dataclasses.fields(spec.options))
-    return spec.options(**{n: getattr(args, f"{spec.name}__{n}") for n in names})
+    given = {n: getattr(args, f"{spec.name}__{n}") for n in names}
+    return spec.options(**{**given, **(spec.quick if args.quick else {})})
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    fractions: str = field(default="0.5,0.9", metadata=_help("of the gateway's closed-loop max"))
+    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
+    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
+
+
+@dataclass(frozen=True)
+class SpikeOptions:
+    units: int = field(default=10_000, metadata=_help("stock of the spike's item"))
+    buyers: int = field(default=200_000, metadata=_help("distinct buyers, each once"))
+    shards: int = field(default=8, metadata=_help("shards of the item"))
+    connections: int = field(default=256, metadata=_help("wrk connections"))
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    orders: int = field(default=20_000, metadata=_help("orders per writer run"))
+    orders_at_1: int = field(default=2_000, metadata=_help("orders at batch 1 (it drains slowly)"))
+
+
+@dataclass(frozen=True)
+class TechniquesOptions:
+    clients: str = field(default="1,8,64", metadata=_help("concurrent clients, levels"))
+    attempts: int = field(default=techniques.ATTEMPTS, metadata=_help("attempts per trial"))
+    units: int = field(default=techniques.UNITS, metadata=_help("stock of the contended item"))
 
 
 def _http_settings(ctx: Context) -> dict[str, Any]:
@@ -121,8 +155,7 @@ def run_redis(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
     }
 
 
-def run_open(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    args = ctx.args
+def run_open(ctx: Context, args: OpenOptions, rec: store.Recorder) -> dict[str, Any]:
     closed = store.runs_of(ctx.results, "closed")
     maxima: dict[str, float] = {}
     basis = []
@@ -134,15 +167,16 @@ def run_open(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
         basis.append("maxima set on the command line")
     if closed:
         basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
-    rates = phases.open_rates(maxima, args.fractions)
+    fractions = [float(f) for f in args.fractions.split(",") if f]
+    rates = phases.open_rates(maxima, fractions)
     if not rates:
         print("[open loop] skipped: no closed-loop maximum (run the closed section first)")
-    phases.open_loop(ctx.harness(), rec, args.repeats, rates)
+    phases.open_loop(ctx.harness(), rec, ctx.args.repeats, rates)
     return {
         **_http_settings(ctx),
         "open_connections": ctx.opts.open_connections,
         "open_warmup_s": ctx.opts.open_warmup_s,
-        "fractions": args.fractions,
+        "fractions": fractions,
         "open_rates": rates,
         "max_basis": "; ".join(basis) or "none",
     }
@@ -153,28 +187,28 @@ def run_scaling(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
     return {**_http_settings(ctx), "workers": list(phases.SCALING_WORKERS)}
 
 
-def run_spike(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    a, o = ctx.args, ctx.opts
+def run_spike(ctx: Context, a: SpikeOptions, rec: store.Recorder) -> dict[str, Any]:
+    o, repeats = ctx.opts, ctx.args.repeats
     plan = fullspike.Plan(
-        units=a.spike_units,
-        shards=a.spike_shards,
-        buyers=a.spike_buyers,
-        connections=a.spike_connections,
+        units=a.units,
+        shards=a.shards,
+        buyers=a.buyers,
+        connections=a.connections,
         server_core=o.server_core,
         load_core=o.load_core,
         writer_cores=o.all_cores,
-        timeout_s=max(120.0, a.spike_buyers / 500),
+        timeout_s=max(120.0, a.buyers / 500),
     )
     buyers = tokens.BuyerIds()
-    for r in range(a.repeats):
-        print(f"[spike] repeat {r + 1}/{a.repeats}", flush=True)
+    for r in range(repeats):
+        print(f"[spike] repeat {r + 1}/{repeats}", flush=True)
         rec.step(
             f"{plan.buyers:,} buyers for {plan.units:,} units",
             ("spike", "gateway", r),
             partial(fullspike.run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, buyers),
             _spike_summary,
         )
-    return {**fullspike.settings(plan), "repeats": a.repeats}
+    return {**fullspike.settings(plan), "repeats": repeats}
 
 
 def _spike_summary(m: dict[str, Any]) -> str:
@@ -186,18 +220,16 @@ def _spike_summary(m: dict[str, Any]) -> str:
     )
 
 
-def run_writer(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    a = ctx.args
-    about = writerbench.run(rec, a.repeats, a.writer_orders, a.writer_orders_at_1)
-    return {**about, "repeats": a.repeats}
+def run_writer(ctx: Context, a: WriterOptions, rec: store.Recorder) -> dict[str, Any]:
+    about = writerbench.run(rec, ctx.args.repeats, a.orders, a.orders_at_1)
+    return {**about, "repeats": ctx.args.repeats}
 
 
-def run_techniques(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    a = ctx.args
-    about = techniques.run(
-        rec, a.repeats, a.clients, a.technique_attempts, a.technique_units, ctx.opts.load_core
-    )
-    return {**about, "repeats": a.repeats}
+def run_techniques(ctx: Context, a: TechniquesOptions, rec: store.Recorder) -> dict[str, Any]:
+    clients = [int(c) for c in a.clients.split(",") if c]
+    core, repeats = ctx.opts.load_core, ctx.args.repeats
+    about = techniques.run(rec, repeats, clients, a.attempts, a.units, core)
+    return {**about, "repeats": repeats}
 
 
 def run_vouchers(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
@@ -225,7 +257,7 @@ SECTIONS: dict[str, Spec] = {
         ),
         Spec(
             "open", "latency at fixed offered rates", run_open,
-            _part(report_http.open_loop, "open"), ("taskset", "nginx"),
+            _part(report_http.open_loop, "open"), ("taskset", "nginx"), OpenOptions,
         ),
         Spec(
             "redis", "(c) Redis, one core", run_redis, _part(report_http.redis, "redis"),
@@ -235,15 +267,19 @@ SECTIONS: dict[str, Spec] = {
             "scaling", "1 vs 2 gateway processes", run_scaling,
             _part(report_http.scaling, "scaling"), ("wrk", "taskset"),
         ),
-        Spec("writer", "writer", run_writer, _part(report_pipeline.writer, "writer")),
+        Spec(
+            "writer", "writer", run_writer, _part(report_pipeline.writer, "writer"), (),
+            WriterOptions, quick={"orders": 5_000, "orders_at_1": 500},
+        ),
         Spec(
             "spike", "full spike", run_spike,
             lambda got: report_pipeline.spike(got["spike"], got.get("closed")),
-            ("wrk", "taskset"),
+            ("wrk", "taskset"), SpikeOptions, quick={"units": 2_000, "buyers": 40_000},
         ),
         Spec(
             "techniques", "anti-oversell techniques", run_techniques,
-            _part(report_techniques.techniques, "techniques"), ("taskset",),
+            _part(report_techniques.techniques, "techniques"), ("taskset",), TechniquesOptions,
+            quick={"attempts": 2_000},
         ),
         Spec("vouchers", "vouchers", run_vouchers, _part(report_pipeline.vouchers, "vouchers")),
         Spec(
