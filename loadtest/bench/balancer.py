@@ -31,7 +31,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -283,7 +283,9 @@ def _answers(result: wrk.WrkResult) -> list[str]:
 # --- the run ---------------------------------------------------------------------------------
 
 
-def _median(runs: list[dict[str, Any]], scenario: str, subject: str, key: str) -> float | None:
+def _median(
+    runs: Sequence[Mapping[str, Any]], scenario: str, subject: str, key: str
+) -> float | None:
     found = summarize(
         r["metrics"][key]
         for r in runs

@@ -3,9 +3,9 @@ holds the latest run of that section (``python -m loadtest.bench --only writer``
 ``writer.json`` and no other), with its provenance: command, dates, machine and load average at
 start and end, tool versions, commit and whether the tree was clean, settings, runs.
 
-A run is one measurement: ``{"phase", "scenario", "subject", "repeat", "at", "loadavg_1m",
-"metrics", "problems"}``; ``phase`` is the section's name. ``Recorder.step`` runs one measurement
-with a progress line and records it, or records its failure and lets the others go on.
+A run is one measurement, a ``Run`` row; ``phase`` is the section's name. ``Recorder.step``
+runs one measurement with a progress line and records it, or records its failure and lets the
+others go on.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from loadtest.bench import machine
 from loadtest.constants import REPORTS_DIR
@@ -26,6 +26,20 @@ Results = dict[str, Any]
 Section = dict[str, Any]
 Summarize = Callable[[dict[str, Any]], str]
 T = TypeVar("T")
+
+
+class Run(TypedDict):
+    """One measured run of a section, as committed: where it stands (scenario, subject, repeat),
+    when (time of day, the 1-minute load), its figures and the checks it failed."""
+
+    phase: str
+    scenario: str
+    subject: str
+    repeat: int
+    at: str
+    loadavg_1m: float
+    metrics: dict[str, Any]
+    problems: list[str]
 
 
 def rotate(items: Sequence[T], by: int) -> list[T]:
@@ -43,7 +57,7 @@ class Recorder:
     """The runs of one section as they are measured."""
 
     phase: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
     def record(
         self,
@@ -52,8 +66,8 @@ class Recorder:
         repeat: int,
         metrics: dict[str, Any],
         problems: list[str],
-    ) -> dict[str, Any]:
-        run = {
+    ) -> Run:
+        run: Run = {
             "phase": self.phase,
             "scenario": scenario,
             "subject": subject,
@@ -72,7 +86,7 @@ class Recorder:
         where: tuple[str, str, int],
         run: Callable[[], tuple[dict[str, Any], list[str]]],
         summarize: Summarize,
-    ) -> dict[str, Any]:
+    ) -> Run:
         """One measurement with a progress line. ``run`` returns (metrics, problems); a run that
         raises is recorded as failed and the section goes on (others edit the code meanwhile)."""
         print(f"  {label} ...", end="", flush=True)
@@ -95,7 +109,7 @@ def begin() -> dict[str, Any]:
 
 
 def section(
-    command: str, begun: dict[str, Any], settings: dict[str, Any], runs: list[dict[str, Any]]
+    command: str, begun: dict[str, Any], settings: dict[str, Any], runs: list[Run]
 ) -> Section:
     """A finished section: ``begun`` (from ``begin()``), then the end time and load, versions,
     the settings and the runs."""
@@ -136,6 +150,6 @@ def commit_label(data: Section) -> str:
     return data["commit"] if data.get("clean") else f"{data['commit']} dirty ({data['changes']})"
 
 
-def runs_of(results: Results, name: str) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = results["sections"].get(name, {}).get("runs", [])
+def runs_of(results: Results, name: str) -> list[Run]:
+    got: list[Run] = results["sections"].get(name, {}).get("runs", [])
     return got

@@ -126,3 +126,20 @@ def test_the_docs_and_the_report_text_name_only_paths_that_exist() -> None:
     # bench.md's prose is the renderer's: every path its sections' text names.
     sources = "".join(p.read_text() for p in sorted((loadtest / "bench").rglob("*.py")))
     assert _gone(sources, PROJECT_ROOT) == []
+
+
+RUN_FIELDS = {"phase", "scenario", "subject", "repeat", "at", "loadavg_1m", "metrics", "problems"}
+SECTION_FIELDS = {"command", "started_at", "finished_at", "machine", "versions", "commit", "clean",
+                  "changes", "settings", "runs"}  # fmt: skip
+
+
+def test_every_committed_section_says_where_its_figures_come_from() -> None:
+    committed = sorted(SECTIONS_DIR.glob("*.json"))
+    assert committed, "no committed section"
+    for path in committed:
+        section = json.loads(path.read_text())
+        assert path.stem in SECTIONS
+        assert set(section) == SECTION_FIELDS, path.name
+        assert {"loadavg_start", "loadavg_end", "nproc", "cpu_model"} <= set(section["machine"])
+        assert isinstance(section["clean"], bool) and section["versions"]
+        assert all(set(run) == RUN_FIELDS and run["phase"] == path.stem for run in section["runs"])
