@@ -43,7 +43,7 @@ from kernel.settings import Settings
 from loadtest.bench import affinity, sale, servers
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
-from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Options, Served
+from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served
 from loadtest.bench.report.fmt import provenance
 from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
@@ -301,19 +301,11 @@ def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[st
     """The section: every part in ``args.parts``; a part not measured keeps its committed runs."""
     cfg, repeats, parts = ctx.cfg, ctx.args.repeats, args.part_set
     kept_from = _keep(ctx.results["sections"].get(SECTION), parts, rec)
-    opts = Options(
-        duration_s=args.duration,
-        warmup_s=1.0,
-        soldout_connections=args.connections,
-        reserve_connections=args.reserve_connections,
-        open_connections=256,
-        open_warmup_s=1.0,
-        redis_clients=0,
-        redis_calls={},
-    )
-    workdir = ctx.workdir / SECTION
-    workdir.mkdir(exist_ok=True)
-    h = Harness(cfg, opts, workdir, ctx.log_dir)
+    h = ctx.own_harness(
+        SECTION, duration_s=args.duration, warmup_s=1.0, soldout_connections=args.connections,
+        reserve_connections=args.reserve_connections, open_connections=256,
+    )  # fmt: skip
+    workdir = h.workdir
     b = Bench(cfg, h, args, workdir)
     try:
         h.set_up_sale()

@@ -5,8 +5,10 @@ as ``open`` reads ``closed``'s maxima)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kernel.settings import Settings
 from loadtest.bench import results as store
@@ -37,6 +39,13 @@ class Context:
             made = h.set_up_sale()
             print(f"  sale {made.sale_id}, items {[i.item_id for i in made.items]}", flush=True)
         return h
+
+    def own_harness(self, name: str, **options: Any) -> Harness:
+        """A harness of a section's own (its own sale, scratch directory ``name``): the
+        command line's options with ``options`` on top."""
+        workdir = self.workdir / name
+        workdir.mkdir(exist_ok=True)
+        return Harness(self.cfg, dataclasses.replace(self.opts, **options), workdir, self.log_dir)
 
     def close(self) -> None:
         if self._harness is not None:

@@ -36,7 +36,7 @@ from kernel.settings import settings
 from loadtest.bench import results as store
 from loadtest.bench import servers
 from loadtest.bench.context import Context
-from loadtest.bench.harness import Harness, Options, Served
+from loadtest.bench.harness import Harness, Served
 from loadtest.bench.report import fmt
 from loadtest.bench.sale import Item, purchase
 from loadtest.bench.servers import pinned
@@ -324,19 +324,15 @@ def run_label(edge: Edge | None, admission: str) -> str:
 
 
 def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[str, Any]:
-    cfg = ctx.cfg
-    opts = Options(
-        duration_s=5.0, warmup_s=2.0, soldout_connections=64, reserve_connections=256,
-        open_connections=args.connections, open_warmup_s=1.0, redis_clients=50, redis_calls={},
-        stack_core=Options.server_core if args.stack_on == "server" else None,
-    )  # fmt: skip
     paths = [p for p in args.paths.split(",") if p]
     multiples = _floats(args.multiples)
     off = _floats(args.without_admission)
     direct = _floats(args.direct) if args.entry == "balancer" else []
-    workdir = ctx.workdir / "overload"
-    workdir.mkdir(exist_ok=True)
-    h = Harness(cfg, opts, workdir, ctx.log_dir)
+    h = ctx.own_harness(
+        "overload", duration_s=5.0, warmup_s=2.0, open_connections=args.connections,
+        stack_core=ctx.opts.server_core if args.stack_on == "server" else None,
+    )  # fmt: skip
+    opts = h.opts
     try:
         h.set_up_sale()
         given = {"reserve": args.reserve_max or None, "sold_out": args.soldout_max or None}

@@ -23,7 +23,7 @@ from flashsale.fleet.haproxy import Edge
 from kernel.fd_limit import raise_open_files_limit
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
-from loadtest.bench.harness import Harness, Options
+from loadtest.bench.harness import Harness
 from loadtest.bench.overload import entry, peak_rss_mb, rss_cell
 from loadtest.bench.report import fmt
 from loadtest.bench.servers import pinned
@@ -114,13 +114,7 @@ class StarvationOptions:
 def measure(ctx: Context, args: StarvationOptions, rec: store.Recorder) -> dict[str, Any]:
     edge = Edge.of(ctx.cfg) if args.entry == "balancer" else None
     raise_open_files_limit(args.silent + args.slowloris + 1024)
-    opts = Options(
-        duration_s=args.seconds, warmup_s=1.0, soldout_connections=64, reserve_connections=256,
-        open_connections=256, open_warmup_s=1.0, redis_clients=50, redis_calls={},
-    )  # fmt: skip
-    workdir = ctx.workdir / "starvation"
-    workdir.mkdir(exist_ok=True)
-    h = Harness(ctx.cfg, opts, workdir, ctx.log_dir)
+    h = ctx.own_harness("starvation", duration_s=args.seconds, warmup_s=1.0, open_connections=256)
     attacked = f"with {args.silent:,} silent + {args.slowloris:,} slowloris sockets"
     try:
         h.set_up_sale()
