@@ -178,7 +178,7 @@ def stamp(src: Path, dst: Path, stamps_dir: Path = STAMPS_DIR) -> Path:
         path = dst / name
         text = path.read_text()
         if text.count(anchor) != 1:
-            raise SystemExit(
+            raise RuntimeError(
                 f"{name}: the anchor moved, update loadtest/measure/stamps.py:\n{anchor}"
             )
         path.write_text(text.replace(anchor, replacement))
