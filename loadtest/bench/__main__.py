@@ -2,13 +2,10 @@
 with their baselines, and rewrite ``bench.md`` (raw: ``loadtest/reports/sections/<section>.json``,
 one committed file a section; ``--render`` rewrites bench.md from them without measuring).
 
-Sections (``--only`` runs a subset; the others keep their latest results):
-closed (sold-out / reserve path vs baselines, wrk), redis (redis-benchmark), open (latency at
-fixed fractions of the gateway's maximum), scaling (1 vs 2 gateway processes), spike (a whole
-sale, first purchase to last order committed), writer (batch 1 / 100 / 1,000), techniques
-(anti-oversell techniques on one contended item), vouchers (flash vs ordinary), loadgen (one
-Locust worker's and the open-loop generator's ceiling). ``python -m loadtest.capacity.plan``
-sizes a fleet from the results.
+Sections (``--only`` runs a subset; the others keep their committed files) are the registry
+in ``loadtest.bench.sections``; ``--help`` lists each one's options. ``--compare NAME=DIR|REV``
+measures another code tree beside the current code in the sections that compare.
+``python -m loadtest.capacity.plan`` sizes a fleet from the committed results.
 """
 
 from __future__ import annotations

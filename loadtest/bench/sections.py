@@ -3,8 +3,8 @@ of bench.md, its typed options (a dataclass whose fields are its command-line fl
 ``--<section>-<field>``), the tools it needs, how it measures (into a ``Recorder``, returning the
 settings it ran with) and how its part of bench.md is rendered from the committed results.
 
-The first nine share the harness's options (``--duration``, ``--repeats``, connections, ...);
-the others, each a module of its own, bring their options with them.
+Every section shares the harness's options (``--duration``, ``--repeats``, the connections,
+the cores); ``--quick`` shrinks both those and, per section, its own (``Spec.quick``).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Spec:
     tools: tuple[str, ...] = ()
     options: type | None = None  # a dataclass with a default for every field
     compares: bool = False  # measures every ``--compare`` tree beside the current code
-    quick: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # options under --quick
+    quick: Mapping[str, Any] = field(default_factory=dict)  # its options under --quick
 
 
 def add_flags(p: argparse.ArgumentParser, spec: Spec) -> None:
