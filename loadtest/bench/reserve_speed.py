@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -62,11 +63,18 @@ class SpeedOptions:
     fractions: str = field(default="0.5,0.9", metadata={"help": "open-loop rates, of each max"})
     rates: str = field(default="", metadata={"help": "open-loop req/s instead of fractions"})
     ceiling: bool = field(default=False, metadata={"help": "each generator against nginx"})
-    vegeta: str = field(default="", metadata={"help": "vegeta binary: vegeta beside openloop"})
+    vegeta: str = field(
+        default="auto",
+        metadata={"help": "vegeta binary beside openloop (auto: the one on PATH; empty: none)"},
+    )
     profile: float = field(default=0.0, metadata={"help": "py-spy seconds, first tree's run"})
     stamps: bool = field(
         default=False, metadata={"help": "a stamped copy of the current code too: time per stage"}
     )
+
+    @property
+    def vegeta_bin(self) -> str:
+        return (shutil.which("vegeta") or "") if self.vegeta == "auto" else self.vegeta
 
 
 CONNECTIONS = 256
@@ -200,7 +208,7 @@ class Bench:
         with self.gateway(tree) as session:
             url = self.url(tree)
             for rate in rates:
-                tools = ["openloop", "vegeta"] if o.vegeta else ["openloop"]
+                tools = ["openloop", "vegeta"] if o.vegeta_bin else ["openloop"]
                 self.open_runs += 1  # each instrument goes first every other time
                 for tool in (
                     tools[self.open_runs % len(tools) :] + tools[: self.open_runs % len(tools)]
@@ -240,7 +248,7 @@ class Bench:
         else:
             lines = token_file.read_bytes().split(b"\n")[:count]
             targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-            fig = vegeta(o.vegeta, self.workdir, targets, url, rate, o.duration, 1)
+            fig = vegeta(o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1)
             answers = int(rate * (o.duration + 1))
         return fig, answers
 
@@ -256,8 +264,10 @@ class Bench:
                 connections=CONNECTIONS, core=LOAD_CORE, timeout_s=self.opts.duration + 150,
             )  # fmt: skip
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
-            if self.opts.vegeta:
-                v = vegeta(self.opts.vegeta, self.workdir, None, url, rate, self.opts.duration, 1)
+            if self.opts.vegeta_bin:
+                v = vegeta(
+                    self.opts.vegeta_bin, self.workdir, None, url, rate, self.opts.duration, 1
+                )
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
             print(f"[ceiling] {row}", flush=True)
@@ -348,6 +358,7 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
         rec.record("stages", "stamped", i, stamps.summary(json.loads(page.read_text())), [])
     return {
         **dataclasses.asdict(opts),
+        "vegeta": opts.vegeta_bin,
         "repeats": ctx.args.repeats,
         "trees": [
             {"name": t.name, "root": str(t.root), "settings": dict(t.settings)} for t in trees
