@@ -64,8 +64,10 @@ def versions() -> dict[str, str]:
         "redis-py": version("redis"),
         "confluent-kafka": version("confluent-kafka"),
         "PyJWT": version("pyjwt"),
+        "hdrhistogram": version("hdrhistogram"),
         "wrk": _first(r"^wrk (\S+)", _run(["wrk", "-v"])),
         "nginx": _first(r"nginx/(\S+)", _run(["nginx", "-v"])),
         "redis-server": _first(r"v=(\S+)", _run(["redis-server", "--version"])),
         "redis-benchmark": _first(r"redis-benchmark (\S+)", _run(["redis-benchmark", "--version"])),
+        "haproxy": _first(r"HAProxy version (\S+)", _run(["haproxy", "-v"])),
     }
