@@ -81,10 +81,10 @@ CONNECTIONS = 256
 # Between the benchmark's range and the voucher benchmark's port (loadtest/constants.py), so a
 # run beside ``python -m loadtest.bench`` does not take its ports.
 PORTS = range(18300, 18390)
-SERVER_CORE, LOAD_CORE = 0, 1
 
 
 def vegeta(
+    core: int,
     binary: str,
     workdir: Path,
     targets: Path | None,
@@ -96,7 +96,7 @@ def vegeta(
     """One vegeta attack pinned to the load core, at most CONNECTIONS connections."""
     results = workdir / "vegeta.bin"
     attack = vegeta_gen.start(
-        binary, url, rate=rate, seconds=seconds + warmup_s, core=LOAD_CORE,
+        binary, url, rate=rate, seconds=seconds + warmup_s, core=core,
         connections=CONNECTIONS, results=results, target_file=targets,
     )  # fmt: skip
     hits = vegeta_gen.finish(binary, attack, results, seconds + warmup_s + 90)
@@ -104,8 +104,11 @@ def vegeta(
 
 
 class Bench:
-    def __init__(self, cfg: Settings, opts: SpeedOptions, workdir: Path) -> None:
+    def __init__(
+        self, cfg: Settings, opts: SpeedOptions, workdir: Path, cores: tuple[int, int]
+    ) -> None:
         self.cfg = cfg
+        self.server_core, self.load_core = cores
         self.opts = opts
         self.profile_now = opts.profile > 0
         self.workdir = workdir
@@ -132,13 +135,15 @@ class Bench:
             root, name = tree.root, tree.name
         log = self.workdir / f"{name}.log"
         # ``python -m`` puts the working directory first on sys.path: the tree's code is run.
-        with process_group(servers.pinned(SERVER_CORE, argv), log=log, env=env, cwd=root) as p:
+        with process_group(servers.pinned(self.server_core, argv), log=log, env=env, cwd=root) as p:
             wait_ready(p, http_ready(f"{base}/readyz", 200), 60, name, log)
             yield p.pid
 
     def used(self, session: int) -> AbstractContextManager[cpu.Use]:
         """The gateway's CPU (and its threads'), the load core's and the stack's over a block."""
-        return cpu.used(session, threads_of=session, core=LOAD_CORE, beside=stack.pids(self.cfg))
+        return cpu.used(
+            session, threads_of=session, core=self.load_core, beside=stack.pids(self.cfg)
+        )
 
     def item(self, tree: Tree | None) -> sale.Item:
         assert self.made is not None
@@ -155,12 +160,14 @@ class Bench:
         with self.gateway(tree) as session:
             url = self.url(tree)
             warm = self.token_file("warm", 20_000)
-            wrk.run(url, o.warmup, CONNECTIONS, LOAD_CORE, (warm, 0, 20_000))
+            wrk.run(url, o.warmup, CONNECTIONS, self.load_core, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
             token_file = self.token_file("closed", count)
             profile = self._profiler(session) if tree is not None and self.profile_now else None
             with self.used(session) as use:
-                result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
+                result = wrk.run(
+                    url, o.duration, CONNECTIONS, self.load_core, (token_file, 0, count)
+                )
             server_s, threads = use.of(session), use.threads
             profiled = self._profile_done(profile)
             outcomes = _outcomes(f"http://127.0.0.1:{self.port}") if tree is not None else {}
@@ -193,7 +200,7 @@ class Bench:
             "--duration", f"{self.opts.profile:g}", "--rate", "250", "--format", "raw",
             "--gil", "--output", str(out),
         ]  # fmt: skip
-        return subprocess.Popen(servers.pinned(LOAD_CORE, argv), stdout=subprocess.DEVNULL)  # noqa: S603
+        return subprocess.Popen(servers.pinned(self.load_core, argv), stdout=subprocess.DEVNULL)  # noqa: S603
 
     def _profile_done(self, profile: subprocess.Popen[bytes] | None) -> dict[str, float] | None:
         if profile is None:
@@ -238,7 +245,7 @@ class Bench:
         if tool == "openloop":
             m = openloop.measure(
                 url, rate=rate, duration_s=o.duration, warmup_s=1,
-                connections=CONNECTIONS, core=LOAD_CORE, tokens=token_file,
+                connections=CONNECTIONS, core=self.load_core, tokens=token_file,
                 timeout_s=o.duration + 150,
             )  # fmt: skip
             fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
@@ -248,7 +255,9 @@ class Bench:
         else:
             lines = token_file.read_bytes().split(b"\n")[:count]
             targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-            fig = vegeta(o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1)
+            fig = vegeta(
+                self.load_core, o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1
+            )
             answers = int(rate * (o.duration + 1))
         return fig, answers
 
@@ -258,15 +267,24 @@ class Bench:
         url = f"http://127.0.0.1:{port}/"
         argv = servers.nginx_argv(port, self.workdir / "nginx")
         rows = []
-        with servers.running("nginx-speed", argv, http_ready(url, 410), self.workdir, SERVER_CORE):
+        with servers.running(
+            "nginx-speed", argv, http_ready(url, 410), self.workdir, self.server_core
+        ):
             m = openloop.measure(
                 url, rate=rate, duration_s=self.opts.duration, warmup_s=1,
-                connections=CONNECTIONS, core=LOAD_CORE, timeout_s=self.opts.duration + 150,
+                connections=CONNECTIONS, core=self.load_core, timeout_s=self.opts.duration + 150,
             )  # fmt: skip
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
             if self.opts.vegeta_bin:
                 v = vegeta(
-                    self.opts.vegeta_bin, self.workdir, None, url, rate, self.opts.duration, 1
+                    self.load_core,
+                    self.opts.vegeta_bin,
+                    self.workdir,
+                    None,
+                    url,
+                    rate,
+                    self.opts.duration,
+                    1,
                 )
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
@@ -306,7 +324,7 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
     cfg = ctx.cfg
     workdir = ctx.workdir / "reserve-speed"
     workdir.mkdir(exist_ok=True)
-    bench = Bench(cfg, opts, workdir)
+    bench = Bench(cfg, opts, workdir, (ctx.opts.server_core, ctx.opts.load_core))
     trees = [*(trees_mod.check_out(w, workdir / "trees") for w in ctx.compare), trees_mod.CURRENT]
     stamps_dir = workdir / "stamps"
     if opts.stamps:
@@ -365,6 +383,8 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
         ],
         "compare": [f"{w.name}={w.where}" for w in ctx.compare],
         "connections": CONNECTIONS,
+        "server_core": ctx.opts.server_core,
+        "load_core": ctx.opts.load_core,
     }
 
 
@@ -402,9 +422,9 @@ def render(data: store.Section) -> list[str]:
         "",
         *fmt.provenance(data),
         f"Trees: {shown}; every round runs"
-        " each once, in rotated order, one gateway worker on core 0, wrk"
+        f" each once, in rotated order, one gateway worker on core {s.get('server_core', 0)}, wrk"
         f" ({s['connections']} connections, a fresh buyer per request: every answer a 202) on"
-        f" core 1. Ratios are paired per round against `{base}`.",
+        f" core {s.get('load_core', 1)}. Ratios are paired per round against `{base}`.",
         "",
         *fmt.table(
             ["tree", "closed req/s", f"÷ {base}", "CPU µs per 202", "p99 ms", "load core busy"],
