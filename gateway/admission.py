@@ -68,7 +68,7 @@ neither wake it nor keep it awake.
 
 What this cannot see: requests granian has parsed but not yet handed over (its thread needs
 the GIL the busy loop holds), and requests still in the kernel or at the client. Those wait
-before the clock starts; see the overload benchmark (loadtest/bench/overload.py).
+before the clock starts; see the overload section of bench.md (loadtest/bench/overload.py).
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ class OrderProducer:
     (2 × linger, as librdkafka's own sticky partitioner does for unkeyed messages), not to
     their key's partition: a linger window's orders then make one batch for one broker, not a
     batch for each of 12 partitions (librdkafka's broker threads ~15 → ~3 µs per order;
-    loadtest/bench/standalone/55-reserve-speed.md). Nothing reads the key's partition: each
+    the reserve_speed section of bench.md). Nothing reads the key's partition: each
     topic carries one kind of event, stored once per orderId wherever it lands."""
 
     def __init__(self, cfg: Settings) -> None:

@@ -2,7 +2,7 @@
 
 Redis Cluster fails a primary over once it has been unreachable for cluster-node-timeout, and
 its replica then waits 500 ms plus up to 500 ms more before asking for votes: 2.2-2.6 s of 503s
-at 1000 ms (loadtest/bench/standalone/20-redis-failover.md). A timeout cannot tell a dead
+at 1000 ms (the failover section of bench.md). A timeout cannot tell a dead
 process from a paused one (a GC, a noisy neighbour), so a lower timeout fails pauses over. A
 refused connection can: the host answered, and nothing listens on the port any more.
 

@@ -57,7 +57,7 @@ class Settings:
     # quorum fails over first). Lower risks fencing a live broker on a starved 2-core box.
     kafka_session_timeout_ms: int = 3000
     # How long a Redis primary may be unreachable before its replica takes over, and how stale
-    # (in node timeouts) a replica may be and still do so (python -m loadtest.bench.failover).
+    # (in node timeouts) a replica may be and still do so (loadtest.bench --only failover).
     # Measured after a SIGKILL, replica writable: 3000 ms → 4.4-5.7 s, 1000 → 1.9-2.8 s, 500 →
     # 1.6-1.9 s; a primary paused 1 s is failed over at 500 (2/3) and 750 (1/8), not at 1000
     # (0/8); 2 s pauses are, below 2000. The validity factor changed nothing measurable. A dead
@@ -98,7 +98,7 @@ class Settings:
     # pipelined batch with a script call ends with WAIT <replicas> <timeout> on the same node
     # connection; fewer acknowledgements fail the batch's writes with ShardUnavailable (503). The
     # timeout stays well inside redis_timeout_ms, the batch's deadline; 0 replicas sends no WAIT
-    # (to measure its cost: python -m loadtest.bench.wait_cost). Loads wait for the replica too.
+    # (to measure its cost: loadtest.bench --only wait_cost). Loads wait for the replica too.
     redis_wait_replicas: int = 1
     redis_wait_timeout_ms: int = 100
     # How long a buyer's unfinished borrow (home shard empty, a unit taken from another shard)
@@ -234,11 +234,11 @@ class Settings:
     # The balancer as the edge (deploy/haproxy/haproxy.cfg.tmpl): requests one gateway
     # process is given at once (haproxy's per-server maxconn; the rest wait in haproxy, where no
     # Python runs), requests queued per gateway past which a newcomer is answered 503 OVERLOADED
-    # at once, and how long a queued one may wait (timeout queue). Measured: see
-    # loadtest/bench/standalone/30-overload.md. edge_maxconn: client connections haproxy holds.
-    # Measured on the quiet machine with haproxy off the gateway's core (30-overload.md, runs
-    # E-H): 384 slots keep a gateway's pipelines full (0.96 of its maximum at 2x offered, 0.92
-    # at 5x; 256 gave 0.88, 0.80); a queue of 32 drains in ~6 ms, so nearly every refusal is
+    # at once, and how long a queued one may wait (timeout queue). Measured by the overload
+    # section (python -m loadtest.bench --only overload). edge_maxconn: client connections
+    # haproxy holds. Measured on the quiet machine with haproxy off the gateway's core: 384
+    # slots keep a gateway's pipelines full (0.96 of its maximum at 2x offered, 0.92 at 5x;
+    # 256 gave 0.88, 0.80); a queue of 32 drains in ~6 ms, so nearly every refusal is
     # the at-once kind (p99 9.5 ms at 2x; 256 queued gave ~100 ms, the queue timeout itself).
     edge_server_maxconn: int = 384
     edge_queue_per_server: int = 32

@@ -50,7 +50,7 @@ _TRYAGAIN_DELAY_S = 0.05  # a slot mid-migration: give the migration a moment
 _ASKING = hiredis.pack_command(("ASKING",))
 # While a node fails, the slot map is re-read this often, so a promoted replica takes its
 # shards' calls within ~0.1 s of its promotion (at 1 s the router added up to a second to every
-# failover: loadtest/bench/standalone/20-redis-failover.md). One refresh in flight at a time.
+# failover: the failover section of bench.md). One refresh in flight at a time.
 # Only for the first seconds of a spell of failures (a failover by the watch or by the node
 # timeout is over by then): past them, once a second, since each refresh makes redis-py
 # reconnect every node's pooled connections.

@@ -16,41 +16,12 @@ from pathlib import Path
 
 from flashsale import stack
 from kernel.settings import Settings
+from loadtest.measure import cpu
 
 
-def _children(parents: set[int]) -> set[int]:
-    found = set(parents)
-    grew = True
-    while grew:
-        grew = False
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                pid, ppid = (
-                    int(stat.parent.name),
-                    int(stat.read_text().rsplit(")", 1)[1].split()[1]),
-                )
-            except (OSError, ValueError, IndexError):
-                continue
-            if ppid in found and pid not in found:
-                found.add(pid)
-                grew = True
-    return found
-
-
-def stack_cpu_seconds(cfg: Settings) -> dict[str, float]:
-    """User + system CPU so far of the stack's processes (children included), by command name
-    (redis-server, java, postgres, ...): what one 202 costs beside the gateway."""
-    tick = os.sysconf("SC_CLK_TCK")
-    by_name: dict[str, float] = {}
-    for pid in _children(set(stack.pids(cfg))):
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        name = text[text.index("(") + 1 : text.rindex(")")]
-        fields = text.rsplit(")", 1)[1].split()
-        by_name[name] = by_name.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return by_name
+def stack_pids(cfg: Settings) -> set[int]:
+    """The stack's processes and all their children."""
+    return cpu.descendants(stack.pids(cfg))
 
 
 def _pin(pids: set[int], cores: set[int]) -> None:
@@ -65,9 +36,9 @@ def _pin(pids: set[int], cores: set[int]) -> None:
 @contextmanager
 def stack_on(cfg: Settings, cores: set[int]) -> Iterator[int]:
     """Run the block with the stack on ``cores``; yields how many processes were moved."""
-    pids = _children(set(stack.pids(cfg)))
+    pids = stack_pids(cfg)
     _pin(pids, cores)
     try:
         yield len(pids)
     finally:
-        _pin(_children(set(stack.pids(cfg))), set(range(os.cpu_count() or 1)))
+        _pin(stack_pids(cfg), set(range(os.cpu_count() or 1)))

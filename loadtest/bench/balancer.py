@@ -1,4 +1,4 @@
-"""``python -m loadtest.bench.balancer``: what a sold-out answer costs at the balancer.
+"""The ``balancer`` section: what a sold-out answer costs at the balancer.
 
 Four subjects answer the same sold-out purchase 410, side by side in one run, rotated per repeat:
 
@@ -12,31 +12,26 @@ Four subjects answer the same sold-out purchase 410, side by side in one run, ro
 The servers (haproxy and its gateway both) run on the server core, wrk and the open-loop generator
 on the load core, the stack moved off the server core (``loadtest.bench.affinity``). Per subject:
 closed-loop req/s (wrk) and the server side's CPU µs per answer (haproxy's and the gateway's
-apart), then open-loop latency at ``--fraction`` of that subject's own closed-loop maximum. The
-gateway's reserve path is measured too (closed loop, and open loop at the same fraction): the
-capacity planner needs it for the requests the balancer forwards.
+apart), then open-loop latency at ``--balancer-fraction`` of that subject's own closed-loop
+maximum. The gateway's reserve path is measured too (closed loop, and open loop at the same
+fraction): the capacity planner needs it for the requests the balancer forwards.
 
-Last, the model against a fleet (``--fleet``): a private 2-gateway fleet in network namespaces
-(``flashsale.fleet``), pinned to the server core, sent two closed-loop crowds at once through its
-balancer: one at an item in the map, one at an item only the gateways know is sold out. The
-costs measured above predict the fleet's CPU per answer at the share that resulted, and so its
+Last, the model against a fleet (``--balancer-fleet``): a private 2-gateway fleet in network
+namespaces (``flashsale.fleet``), pinned to the server core, sent two closed-loop crowds at once
+through its balancer: one at an item in the map, one at an item only the gateways know is sold out.
+The costs measured above predict the fleet's CPU per answer at the share that resulted, and so its
 req/s on one core; the row says how far the measured figures are.
 
-Results go to the section ``balancer`` of ``loadtest/reports/bench-results.json`` (the planner
-reads it: ``python -m loadtest.capacity.plan``); ``--page`` writes the standalone page.
+The section ``balancer`` of ``python -m loadtest.bench`` (options ``--balancer-*``); the planner
+reads its committed result (``python -m loadtest.capacity.plan``).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import shlex
 import statistics
-import sys
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -44,14 +39,16 @@ from typing import Any
 
 from flashsale.fleet import fleet, haproxy
 from flashsale.stack.processes import settings_env
-from kernel.settings import PROJECT_ROOT, Settings, settings
+from kernel.settings import Settings
 from loadtest.bench import affinity, sale, servers
 from loadtest.bench import results as store
-from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Options, Served
+from loadtest.bench.context import Context
+from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served
+from loadtest.bench.report.fmt import provenance
 from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
-from loadtest.constants import REPORTS_DIR
 from loadtest.generators import tokens, wrk
+from loadtest.measure.cpu import used
 from rig.admin import NewItem, new_sale
 
 SECTION = "balancer"
@@ -63,53 +60,44 @@ TITLES = {
     "gateway": "gateway alone (its flag)",
 }
 PARTS = ("closed", "open", "same", "reserve", "fleet")
-PAGE = PROJECT_ROOT / "loadtest" / "bench" / "standalone" / "60-balancer.md"
 IDLE_S = 3.0  # the fleet's processes measured with no load, before the mixed run
 
 
-def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m loadtest.bench.balancer", description=__doc__)
-    p.add_argument("--duration", type=float, default=6.0, help="seconds per measured run")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--connections", type=int, default=64, help="wrk connections (sold-out)")
-    p.add_argument("--fraction", type=float, default=0.5, help="open loop: of each max")
-    p.add_argument(
-        "--same-rate",
-        type=float,
+@dataclass(frozen=True)
+class BalancerOptions:
+    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
+    connections: int = field(default=64, metadata={"help": "wrk connections (sold-out)"})
+    fraction: float = field(default=0.5, metadata={"help": "open loop: of each subject's max"})
+    same_rate: float = field(
         default=2000.0,
-        help="open loop: also every subject at this one req/s (0: not), the generator can keep",
+        metadata={"help": "open loop: also every subject at this one req/s (0: not)"},
     )
-    p.add_argument("--fleet", action=argparse.BooleanOptionalAction, default=True)
-    p.add_argument(
-        "--reserve-connections",
-        type=int,
-        default=64,
-        help="wrk connections on the reserve path (256 answered 503s past the Redis deadline"
-        " on the loaded machine)",
+    fleet: bool = field(default=True, metadata={"help": "the 2-gateway fleet check"})
+    # 256 answered 503s past the Redis deadline on the loaded machine.
+    reserve_connections: int = field(default=64, metadata={"help": "wrk connections, reserve"})
+    parts: str = field(
+        default=",".join(PARTS),
+        metadata={"help": "parts to measure again; the committed section keeps the others"},
     )
-    p.add_argument(
-        "--only",
-        help=f"parts, comma separated ({','.join(PARTS)}): the stored section keeps the others",
+    fleet_share_connections: str = field(
+        default="58,6", metadata={"help": "fleet: connections at the map item, the gateway item"}
     )
-    p.add_argument("--fleet-share-connections", default="58,6", help="map item, gateway item")
-    p.add_argument("--page", type=Path, help=f"write the standalone page here ({PAGE})")
-    p.add_argument(
-        "--render-only", action="store_true", help="measure nothing: the page from the stored run"
-    )
-    args = p.parse_args(argv)
-    args.parts = set((args.only or ",".join(PARTS)).split(","))
-    if args.parts - set(PARTS):
-        p.error(f"--only: unknown parts {sorted(args.parts - set(PARTS))}")
-    if "open" in args.parts and "closed" not in args.parts:
-        p.error("--only: open takes its rates from closed, in the same run")
-    return args
+
+    @property
+    def part_set(self) -> set[str]:
+        found = {p for p in self.parts.split(",") if p}
+        if found - set(PARTS):
+            raise ValueError(f"unknown balancer parts {sorted(found - set(PARTS))}")
+        if "open" in found and "closed" not in found:
+            raise ValueError("balancer part open takes its rates from closed, in the same run")
+        return found
 
 
 @dataclass
 class Bench:
     cfg: Settings
     h: Harness
-    args: argparse.Namespace
+    args: BalancerOptions
     workdir: Path
     extra_items: list[sale.Item] = field(default_factory=list)  # dropped from Redis at the end
 
@@ -127,15 +115,13 @@ class Bench:
         with self.behind_haproxy(subject) as (gw, bal, url):
             wrk.run(url, o.warmup_s, o.soldout_connections, o.load_core)
             hits = sale.metric(gw.base, "sold_out_flag")
-            with gw.cpu() as gw_cpu, _cpu(bal.pid) as bal_cpu:
+            with used(gw.pid, bal.pid) as use:
                 result = wrk.run(url, o.duration_s, o.soldout_connections, o.load_core)
             forwarded = sale.metric(gw.base, "sold_out_flag") - hits
         n = result.requests
-        metrics: dict[str, Any] = {**result.as_dict(), **gw_cpu.figures(n)}
-        metrics["gateway_cpu_us_per_req"] = metrics["cpu_us_per_req"]
-        metrics["balancer_cpu_us_per_req"] = bal_cpu["cpu_s"] / n * 1e6 if n else 0.0
-        metrics["cpu_us_per_req"] += metrics["balancer_cpu_us_per_req"]
-        metrics["server_busy"] = (gw_cpu.cpu_s + bal_cpu["cpu_s"]) / gw_cpu.wall_s
+        metrics: dict[str, Any] = {**result.as_dict(), **use.figures(n)}
+        metrics["gateway_cpu_us_per_req"] = use.of(gw.pid) / n * 1e6 if n else 0.0
+        metrics["balancer_cpu_us_per_req"] = use.of(bal.pid) / n * 1e6 if n else 0.0
         metrics["forwarded"] = forwarded
         problems = _answers(result)
         if subject == "haproxy_410" and forwarded:
@@ -218,21 +204,18 @@ class Bench:
                 # (GATEWAY_ENV's flag TTL, a day, is the entry's expire too)
                 haproxy.command(root.socket, haproxy.clear_sold_out())
                 haproxy.command(root.socket, haproxy.set_sold_out(s.sold_out.path))
-                pids = [fleet.balancer(cfg).pid(), *(fleet.gateway(cfg, h).pid() for h in hosts)]
-                if None in pids:
+                found = [fleet.balancer(cfg).pid(), *(fleet.gateway(cfg, h).pid() for h in hosts)]
+                pids = [pid for pid in found if pid is not None]
+                if len(pids) < len(found):
                     raise RuntimeError("a fleet process is not running")
                 for url, conns in ((s.sold_out.path, mapped), (other.path, forwarded_conns)):
                     wrk.run(base + url, o.warmup_s, conns, o.load_core)
                 # What the processes burn with no load at all (health checks, the gateways'
                 # background loops): the model adds it, it is no answer's cost.
-                with contextlib.ExitStack() as meters:
-                    idle = [meters.enter_context(_cpu(pid)) for pid in pids if pid is not None]
-                    started = time.monotonic()
+                with used(*pids) as idle:
                     time.sleep(IDLE_S)
-                idle_s = time.monotonic() - started
                 results: dict[str, wrk.WrkResult] = {}
-                with contextlib.ExitStack() as meters:
-                    cpus = [meters.enter_context(_cpu(pid)) for pid in pids if pid is not None]
+                with used(*pids) as busy:
                     threads = [
                         threading.Thread(
                             target=lambda k=key, u=url, c=conns: results.__setitem__(
@@ -258,17 +241,17 @@ class Bench:
             "forwarded": b.requests,
             "share": a.requests / n,
             "rps": n / wall,
-            "balancer_cpu_us_per_req": cpus[0]["cpu_s"] / n * 1e6,
-            "gateway_cpu_us_per_req": sum(c["cpu_s"] for c in cpus[1:]) / n * 1e6,
-            "idle_balancer_cores": idle[0]["cpu_s"] / idle_s,
-            "idle_gateway_cores": sum(c["cpu_s"] for c in idle[1:]) / idle_s,
+            "balancer_cpu_us_per_req": busy.of(pids[0]) / n * 1e6,
+            "gateway_cpu_us_per_req": sum(busy.of(p) for p in pids[1:]) / n * 1e6,
+            "idle_balancer_cores": idle.of(pids[0]) / idle.wall_s,
+            "idle_gateway_cores": sum(idle.of(p) for p in pids[1:]) / idle.wall_s,
             "p99_ms_mapped": a.p99_ms,
             "p99_ms_forwarded": b.p99_ms,
         }
         metrics["cpu_us_per_req"] = (
             metrics["balancer_cpu_us_per_req"] + metrics["gateway_cpu_us_per_req"]
         )
-        metrics["server_busy"] = sum(c["cpu_s"] for c in cpus) / wall
+        metrics["server_busy"] = busy.total_s / wall
         return metrics, _answers(a) + _answers(b)
 
 
@@ -288,15 +271,6 @@ def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
     return item
 
 
-@contextmanager
-def _cpu(session: int) -> Iterator[dict[str, float]]:
-    """CPU seconds of a session (a server and its workers) over the block."""
-    found: dict[str, float] = {}
-    before = servers.cpu_seconds(session)
-    yield found
-    found["cpu_s"] = servers.cpu_seconds(session) - before
-
-
 def _answers(result: wrk.WrkResult) -> list[str]:
     problems = []
     if result.non_2xx != result.requests:
@@ -309,7 +283,9 @@ def _answers(result: wrk.WrkResult) -> list[str]:
 # --- the run ---------------------------------------------------------------------------------
 
 
-def _median(runs: list[dict[str, Any]], scenario: str, subject: str, key: str) -> float | None:
+def _median(
+    runs: Sequence[Mapping[str, Any]], scenario: str, subject: str, key: str
+) -> float | None:
     found = summarize(
         r["metrics"][key]
         for r in runs
@@ -321,79 +297,91 @@ def _median(runs: list[dict[str, Any]], scenario: str, subject: str, key: str) -
     return None if found is None else found.median
 
 
-def measure(args: argparse.Namespace, rec: store.Recorder) -> None:
-    cfg = settings()
-    opts = Options(
-        duration_s=args.duration,
-        warmup_s=1.0,
-        soldout_connections=args.connections,
-        reserve_connections=args.reserve_connections,
-        open_connections=256,
-        open_warmup_s=1.0,
-        redis_clients=0,
-        redis_calls={},
-    )
-    log_dir = REPORTS_DIR / "logs" / f"balancer-{time.strftime('%Y%m%d-%H%M%S')}"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-balancer-") as tmp:
-        h = Harness(cfg, opts, Path(tmp), log_dir)
-        b = Bench(cfg, h, args, Path(tmp))
-        try:
-            h.set_up_sale()
-            for repeat in range(args.repeats if "closed" in args.parts else 0):
-                for subject in store.rotate(SUBJECTS, repeat):
-                    rec.step(
-                        f"closed {subject} #{repeat + 1}",
-                        ("closed", subject, repeat),
-                        lambda s=subject: b.closed(s),  # type: ignore[misc]
-                        _say,
-                    )
-            for repeat in range(args.repeats if "open" in args.parts else 0):
-                for subject in store.rotate(SUBJECTS, repeat):
-                    top = _median(rec.runs, "closed", subject, "rps")
-                    if top is None:
-                        continue
-                    rec.step(
-                        f"open {subject} @{args.fraction:g} #{repeat + 1}",
-                        (f"open@{args.fraction:g}", subject, repeat),
-                        lambda s=subject, r=top * args.fraction: b.open(s, r),  # type: ignore[misc]
-                        _say,
-                    )
-            for repeat in range(args.repeats if args.same_rate and "same" in args.parts else 0):
-                for subject in store.rotate(SUBJECTS, repeat):
-                    rec.step(
-                        f"open {subject} at {args.same_rate:g} req/s #{repeat + 1}",
-                        ("open-same", subject, repeat),
-                        lambda s=subject: b.open(s, args.same_rate),  # type: ignore[misc]
-                        _say,
-                    )
-            for repeat in range(args.repeats if "reserve" in args.parts else 0):
+def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[str, Any]:
+    """The section: every part in ``args.parts``; a part not measured keeps its committed runs."""
+    cfg, repeats, parts = ctx.cfg, ctx.args.repeats, args.part_set
+    kept_from = _keep(ctx.results["sections"].get(SECTION), parts, rec)
+    h = ctx.own_harness(
+        SECTION, duration_s=args.duration, warmup_s=1.0, soldout_connections=args.connections,
+        reserve_connections=args.reserve_connections, open_connections=256,
+    )  # fmt: skip
+    workdir = h.workdir
+    b = Bench(cfg, h, args, workdir)
+    try:
+        h.set_up_sale()
+        for repeat in range(repeats if "closed" in parts else 0):
+            for subject in store.rotate(SUBJECTS, repeat):
                 rec.step(
-                    f"reserve closed #{repeat + 1}",
-                    ("reserve", "gateway", repeat),
-                    lambda: h.closed_reserve("gateway"),
+                    f"closed {subject} #{repeat + 1}",
+                    ("closed", subject, repeat),
+                    lambda s=subject: b.closed(s),  # type: ignore[misc]
                     _say,
                 )
-            top = _median(rec.runs, "reserve", "gateway", "rps")
-            for repeat in range(args.repeats if top else 0):
+        for repeat in range(repeats if "open" in parts else 0):
+            for subject in store.rotate(SUBJECTS, repeat):
+                top = _median(rec.runs, "closed", subject, "rps")
+                if top is None:
+                    continue
                 rec.step(
-                    f"reserve open @{args.fraction:g} #{repeat + 1}",
-                    (f"reserve-open@{args.fraction:g}", "gateway", repeat),
-                    lambda: h.open_reserve("gateway", (top or 0) * args.fraction),
+                    f"open {subject} @{args.fraction:g} #{repeat + 1}",
+                    (f"open@{args.fraction:g}", subject, repeat),
+                    lambda s=subject, r=top * args.fraction: b.open(s, r),  # type: ignore[misc]
                     _say,
                 )
-            for repeat in range(args.repeats if args.fleet and "fleet" in args.parts else 0):
+        for repeat in range(repeats if args.same_rate and "same" in parts else 0):
+            for subject in store.rotate(SUBJECTS, repeat):
                 rec.step(
-                    f"fleet of 2, mixed #{repeat + 1}",
-                    ("fleet", "fleet2", repeat),
-                    b.fleet_mix,
+                    f"open {subject} at {args.same_rate:g} req/s #{repeat + 1}",
+                    ("open-same", subject, repeat),
+                    lambda s=subject: b.open(s, args.same_rate),  # type: ignore[misc]
                     _say,
                 )
-        finally:
-            assert h.shards is not None
-            for item in b.extra_items:
-                h.shards.drop(item)
-            h.close()
+        for repeat in range(repeats if "reserve" in parts else 0):
+            rec.step(
+                f"reserve closed #{repeat + 1}",
+                ("reserve", "gateway", repeat),
+                lambda: h.closed_reserve("gateway"),
+                _say,
+            )
+        top = _median(rec.runs, "reserve", "gateway", "rps")
+        for repeat in range(repeats if top and "reserve" in parts else 0):
+            rec.step(
+                f"reserve open @{args.fraction:g} #{repeat + 1}",
+                (f"reserve-open@{args.fraction:g}", "gateway", repeat),
+                lambda: h.open_reserve("gateway", (top or 0) * args.fraction),
+                _say,
+            )
+        for repeat in range(repeats if args.fleet and "fleet" in parts else 0):
+            rec.step(
+                f"fleet of 2, mixed #{repeat + 1}",
+                ("fleet", "fleet2", repeat),
+                b.fleet_mix,
+                _say,
+            )
+    finally:
+        assert h.shards is not None
+        for item in b.extra_items:
+            h.shards.drop(item)
+        h.close()
+    return {
+        "duration_s": args.duration,
+        "repeats": repeats,
+        "connections": args.connections,
+        "fraction": args.fraction,
+        "same_rate": args.same_rate,
+        "fleet_connections": args.fleet_share_connections,
+        "parts": sorted(parts),
+        **({"other_parts_from": kept_from} if kept_from else {}),
+    }
+
+
+def _keep(stored: store.Section | None, parts: set[str], rec: store.Recorder) -> str | None:
+    """The committed runs of the parts not measured now, kept; the run they came from."""
+    if stored is None or parts == set(PARTS):
+        return None
+    kept = [r for r in stored["runs"] if _part(r["scenario"]) not in parts]
+    rec.runs.extend(kept)
+    return f"{stored['started_at']} ({stored['command']})" if kept else None
 
 
 def _part(scenario: str) -> str:
@@ -425,8 +413,8 @@ def _fmt(value: float | None, spec: str = ",.0f") -> str:
     return "—" if value is None else format(value, spec)
 
 
-def render(data: store.Section) -> str:
-    """The standalone page: the command, the table, the fleet check, from one section."""
+def render(data: store.Section) -> list[str]:
+    """The section's part of bench.md: the table and the fleet check."""
     runs = [r for r in data["runs"] if r["metrics"] and not r["problems"]]
     failed = [r for r in data["runs"] if r["problems"]]
     fraction = data["settings"]["fraction"]
@@ -436,12 +424,13 @@ def render(data: store.Section) -> str:
         return _median(runs, scenario, subject, key)
 
     base_us = med("closed", "gateway", "cpu_us_per_req")
+    kept = data["settings"].get("other_parts_from")
     out = [
-        "### The balancer answering sold out (issue 14)",
+        "## The balancer answering sold out",
         "",
-        f"`{data['command']}` — {data['started_at']} → {data['finished_at']} UTC, commit"
-        f" {data['commit']}, load average {data['machine'].get('loadavg_start', 0):.1f} →"
-        f" {data['machine'].get('loadavg_end', 0):.1f}. Medians of the repeats that passed their"
+        *provenance(data),
+        *([f"Parts not measured in that run are from {kept}.", ""] if kept else []),
+        "Medians of the repeats that passed their"
         f" checks ({data['settings']['repeats']} each), subjects rotated per repeat. The server"
         " side (haproxy, and the gateway behind it) on core 0, wrk (1 thread,"
         f" {data['settings']['connections']} connections) and the open-loop generator on core 1."
@@ -508,7 +497,7 @@ def render(data: store.Section) -> str:
             f"- {r['scenario']} {r['subject']} #{r['repeat'] + 1}: {'; '.join(r['problems'])}"
             for r in failed
         ]
-    return "\n".join(out) + "\n"
+    return [*out, ""]
 
 
 def _same_rate(runs: list[dict[str, Any]], rate: float) -> list[str]:
@@ -592,51 +581,3 @@ def _idle(fleet_runs: list[dict[str, Any]]) -> str:
     bal = statistics.median(m.get("idle_balancer_cores", 0.0) for m in fleet_runs)
     gws = statistics.median(m.get("idle_gateway_cores", 0.0) for m in fleet_runs)
     return f"haproxy {bal:.1%} of a core, the 2 gateways {gws:.1%}"
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    command = shlex.join(
-        [".venv/bin/python", "-m", "loadtest.bench.balancer", *(argv or sys.argv[1:])]
-    )
-    if args.render_only:
-        stored = store.load()["sections"].get(SECTION)
-        if stored is None:
-            raise SystemExit(f"no {SECTION!r} section in {store.RESULTS_PATH}: measure first")
-        return _publish(stored, args.page)
-    begun = store.begin()
-    rec = store.Recorder(SECTION)
-    measure(args, rec)
-    settings_used = {
-        "duration_s": args.duration,
-        "repeats": args.repeats,
-        "connections": args.connections,
-        "fraction": args.fraction,
-        "same_rate": args.same_rate,
-        "fleet_connections": args.fleet_share_connections,
-    }
-    data = store.section(command, begun, settings_used, rec.runs)
-    res = store.load()  # read again now: another section may have been saved meanwhile
-    stored = res["sections"].get(SECTION)
-    if args.only and stored is not None:
-        # The other parts as they were measured before, said so in the command.
-        kept = [r for r in stored["runs"] if _part(r["scenario"]) not in args.parts]
-        data["runs"] = kept + data["runs"]
-        data["command"] = f"{stored['command']}, then {command}"
-        data["started_at"] = stored["started_at"]
-    store.put(res, SECTION, data)
-    store.save(res)
-    print(f"\nrecorded: section {SECTION!r} of {store.RESULTS_PATH}")
-    return _publish(data, args.page)
-
-
-def _publish(data: store.Section, page: Path | None) -> int:
-    text = render(data)
-    print(text)
-    if page:
-        page.write_text(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,14 +10,12 @@ Per kill it measures, from the SIGKILL:
 - router: the stack's ShardRouter reserves on the victim's shard again (what a buyer sees: 503
   until then), while buyers of the other primaries' shards keep reserving (their failures count).
 
-Usage: python -m loadtest.bench.failover [--configs 5000,2000,1000,1000/0] [--kills 3]
-    [--pauses 3] [--port 7401] [--wait-replicas 0] [--breaker-cooldown-ms 1000]
-    (a config is node-timeout-ms[/validity-factor][+watch]; +watch runs jobs/redis_failover.py)
+The ``failover`` section (``--failover-*`` options): a config is
+node-timeout-ms[/validity-factor][+watch]; +watch runs jobs/redis_failover.py beside it.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import os
@@ -29,13 +27,17 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 
 from flashsale.stack.redis_cluster import RedisCluster, replication_info
 from jobs.redis_failover import FailoverWatch
-from kernel.settings import Settings, settings
+from kernel.settings import Settings
 from kernel.waiting import wait_until, wait_until_async
+from loadtest.bench import results as store
+from loadtest.bench.context import Context
+from loadtest.bench.report import fmt
 from rig.cluster import NODES, node_pid, replica_of, throwaway_cluster
 from shard_router import Outcome, ShardRouter, ShardUnavailable
 
@@ -220,58 +222,65 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.2f} / {statistics.median(values):.2f} / {max(values):.2f}"
 
 
-def table(rows: list[Row]) -> str:
-    lines = [
+def render(data: store.Section) -> list[str]:
+    out = ["## Redis Cluster failover against its settings", "", *fmt.provenance(data)]
+    out += [
         "| cluster-node-timeout | replica-validity-factor | replica writable after SIGKILL, s"
         " (min / median / max) | shard sells again via the router, s | other shards' failures"
         " | 1 s pause failed over | 2 s pause failed over |",
         "| ---: | ---: | --- | --- | ---: | ---: | ---: |",
     ]
-    for r in rows:
-        lines.append(
-            f"| {r.config.node_timeout_ms} ms{' + watch' if r.config.watched else ''}"
-            f" | {r.config.validity_factor}"
-            f" | {_spread(r.promoted_s)} | {_spread(r.router_s)} | {r.other_failures}"
-            f" | {sum(r.failovers_1s)}/{len(r.failovers_1s)}"
-            f" | {sum(r.failovers_2s)}/{len(r.failovers_2s)} |"
+    for run in data["runs"]:
+        r = run["metrics"]
+        if not r:
+            out.append(f"| {run['subject']} | | run failed: {'; '.join(run['problems'])} | | | | |")
+            continue
+        out.append(
+            f"| {r['node_timeout_ms']} ms{' + watch' if r['watched'] else ''}"
+            f" | {r['validity_factor']}"
+            f" | {_spread(r['promoted_s'])} | {_spread(r['router_s'])} | {r['other_failures']}"
+            f" | {sum(r['failovers_1s'])}/{len(r['failovers_1s'])}"
+            f" | {sum(r['failovers_2s'])}/{len(r['failovers_2s'])} |"
         )
-    return "\n".join(lines)
+    return [*out, ""]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--configs", default="5000,3000,2000,1500,1000,1000/0,1000/1")
-    parser.add_argument("--kills", type=int, default=3)
-    parser.add_argument("--pauses", type=int, default=3)
-    parser.add_argument("--port", type=int, default=7401, help="the first of six free ports")
-    parser.add_argument(
-        "--wait-replicas",
-        type=int,
+@dataclass(frozen=True)
+class FailoverOptions:
+    configs: str = field(
+        default="5000,3000,2000,1500,1000,1000/0,1000/1",
+        metadata={"help": "node-timeout-ms[/validity-factor][+watch], comma separated"},
+    )
+    kills: int = field(default=3, metadata={"help": "SIGKILLs per config"})
+    pauses: int = field(default=3, metadata={"help": "SIGSTOP pauses (1 s and 2 s) per config"})
+    port: int = field(default=7401, metadata={"help": "the first of six free ports"})
+    wait_replicas: int = field(
         default=0,
-        help="the router's WAIT (redis_wait_replicas); with 1, a promoted primary sells only"
-        " once the killed node is back as its replica, so the bench restarts it at once",
+        metadata={
+            "help": "the router's WAIT (redis_wait_replicas); with 1, a promoted primary sells"
+            " only once the killed node is back as its replica, so it is restarted at once"
+        },
     )
-    parser.add_argument(
-        "--breaker-cooldown-ms",
-        type=int,
-        default=settings().shard_breaker_cooldown_ms,
-        help="the router's breaker cooldown: while open, calls fail without touching the dead"
-        " node, so the router learns the new primary only at a probe, once per cooldown",
+    breaker_cooldown_ms: int = field(
+        default=0, metadata={"help": "the router's breaker cooldown (0: the setting's)"}
     )
-    args = parser.parse_args()
+
+
+def run(ctx: Context, args: FailoverOptions, rec: store.Recorder) -> dict[str, Any]:
+    cooldown = args.breaker_cooldown_ms or ctx.cfg.shard_breaker_cooldown_ms
     base = dataclasses.replace(
-        settings(),
-        redis_wait_replicas=args.wait_replicas,
-        shard_breaker_cooldown_ms=args.breaker_cooldown_ms,
+        ctx.cfg, redis_wait_replicas=args.wait_replicas, shard_breaker_cooldown_ms=cooldown
     )
-    rows = []
-    for text in args.configs.split(","):
+    for i, text in enumerate(t for t in args.configs.split(",") if t):
         config = Config.parse(text)
-        print(f"measuring {config} ...", flush=True)
-        rows.append(measure(base, config, args.kills, args.pauses, args.port))
-        print(table(rows[-1:]).splitlines()[-1], flush=True)
-    print(table(rows))
+
+        def one(c: Config = config) -> tuple[dict[str, Any], list[str]]:
+            row = dataclasses.asdict(measure(base, c, args.kills, args.pauses, args.port))
+            return {**row.pop("config"), **row}, []
+
+        rec.step(f"config {text}", ("failover", text, i), one, _brief)
+    return {**dataclasses.asdict(args), "breaker_cooldown_ms": cooldown, "repeats": 1}
 
 
-if __name__ == "__main__":
-    main()
+def _brief(m: dict[str, Any]) -> str:
+    return f"writable after {_spread(m['promoted_s'])} s, router {_spread(m['router_s'])} s"

@@ -3,15 +3,14 @@ purchase to the last order committed in PostgreSQL.
 
 One gateway worker (server core) in front of an item of ``units`` units on ``shards`` shards; a
 writer process (unpinned: it shares the machine with the stack) on a Kafka topic of the run's own;
-wrk (load core, ``wrk/spike.lua``) sends ``buyers`` distinct buyers, each exactly once, as fast as
-the gateway answers. Meanwhile the item's orders are counted in PostgreSQL every ``POLL_S``.
-Afterwards the sale is checked: exactly ``units`` 202s, ``units`` order rows from as many distinct
-buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
+wrk (load core, ``loadtest/generators/wrk/spike.lua``) sends ``buyers`` distinct buyers, each
+exactly once, as fast as the gateway answers. Meanwhile the item's orders are counted in PostgreSQL
+every ``POLL_S``. Afterwards the sale is checked: exactly ``units`` 202s, ``units`` order rows from
+as many distinct buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
 """
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from loadtest.bench import sale, servers
 from loadtest.bench.topics import own_topics
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
+from loadtest.measure import child, cpu
 from rig.admin import NewItem, new_sale
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
@@ -141,7 +141,7 @@ def _wrk_spike(url: str, token_file: Path, plan: Plan) -> tuple[dict[str, Any], 
     ]
     lines: list[str] = []
     finished = threading.Event()
-    cpu_before = wrk.children_cpu_s()
+    cpu_before = cpu.children_s()
     proc = subprocess.Popen(servers.pinned(plan.load_core, argv), stdout=subprocess.PIPE, text=True)
 
     def read() -> None:
@@ -157,12 +157,10 @@ def _wrk_spike(url: str, token_file: Path, plan: Plan) -> tuple[dict[str, Any], 
     proc.send_signal(signal.SIGINT)  # wrk stops and prints its summary
     proc.wait(30)
     reader.join(10)
-    cpu_s = wrk.children_cpu_s() - cpu_before
-    for line in lines:
-        if line.startswith("WRK_JSON "):
-            summary: dict[str, Any] = json.loads(line[len("WRK_JSON ") :])
-            return summary, answered, cpu_s
-    raise RuntimeError(f"wrk printed no summary (exit {proc.returncode}): {''.join(lines)[-500:]}")
+    cpu_s = cpu.children_s() - cpu_before
+    why = f"exit {proc.returncode}: {''.join(lines)[-500:]}"
+    summary: dict[str, Any] = child.result_line(lines, wrk.PREFIX, "wrk", why)
+    return summary, answered, cpu_s
 
 
 def run_once(
@@ -211,13 +209,13 @@ def _spike(
 ) -> tuple[dict[str, Any], list[str]]:
     clock = CommitClock(cfg.pg_dsn, item.item_id, plan.units)
     poller = threading.Thread(target=clock.run, daemon=True)
-    cpu_gw, cpu_wr = servers.cpu_seconds(gateway_pid), servers.cpu_seconds(writer_pid)
-    poller.start()
-    raw, all_answered, wrk_cpu_s = _wrk_spike(base + item.path, token_file, plan)
-    gateway_cpu_s = servers.cpu_seconds(gateway_pid) - cpu_gw
-    poller.join(plan.timeout_s)
-    clock.stop.set()
-    writer_cpu_s = servers.cpu_seconds(writer_pid) - cpu_wr
+    with cpu.used(writer_pid) as writer:
+        poller.start()
+        with cpu.used(gateway_pid) as gateway:
+            raw, all_answered, wrk_cpu_s = _wrk_spike(base + item.path, token_file, plan)
+        poller.join(plan.timeout_s)
+        clock.stop.set()
+    gateway_cpu_s, writer_cpu_s = gateway.of(gateway_pid), writer.of(writer_pid)
     metrics = _figures(raw, clock, plan)
     metrics.update(gateway_cpu_s=gateway_cpu_s, writer_cpu_s=writer_cpu_s, wrk_cpu_s=wrk_cpu_s)
     if metrics["answered"]:

@@ -9,7 +9,6 @@ competes with the server, as it does on any 2-core machine, and the figures say 
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,9 +20,10 @@ from redis import Redis
 
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
-from loadtest.bench import affinity, machine, redisbench, sale, servers, topics
+from loadtest.bench import affinity, redisbench, sale, servers, topics
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import openloop, tokens, wrk
+from loadtest.measure.cpu import Use, used
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
 
@@ -53,41 +53,14 @@ class Options:
     stack_core: int | None = None
 
 
-@dataclass
-class CpuMeter:
-    """The server's CPU time over a measured run: how busy it kept its core, and per request."""
-
-    session: int
-    cpu_s: float = 0.0
-    wall_s: float = 0.0
-    machine_s: float = 0.0  # every core's busy time, the server's included
-
-    def figures(self, requests: int, busy_s: float | None = None) -> dict[str, float]:
-        """Per request over ``requests``; busy share over ``busy_s`` (default: the wall time)."""
-        wall_s = busy_s or self.wall_s
-        per_req = 1e6 / requests if requests else 0.0
-        return {
-            "server_cpu_s": self.cpu_s,
-            "server_busy": self.cpu_s / wall_s if wall_s else 0.0,
-            "cpu_us_per_req": self.cpu_s * per_req,
-            "machine_busy_cores": self.machine_s / self.wall_s if self.wall_s else 0.0,
-            "machine_cpu_us_per_req": self.machine_s * per_req,
-        }
-
-
 @dataclass(frozen=True)
 class Served:
     base: str
     pid: int  # also its session id: the server was started in a session of its own
 
-    @contextmanager
-    def cpu(self) -> Iterator[CpuMeter]:
-        meter = CpuMeter(self.pid)
-        cpu, wall, busy = servers.cpu_seconds(self.pid), time.monotonic(), machine.cpu_busy_s()
-        yield meter
-        meter.cpu_s = servers.cpu_seconds(self.pid) - cpu
-        meter.wall_s = time.monotonic() - wall
-        meter.machine_s = machine.cpu_busy_s() - busy
+    def cpu(self) -> contextlib.AbstractContextManager[Use]:
+        """The server's CPU over the block, and the machine's."""
+        return used(self.pid)
 
 
 @dataclass
@@ -185,11 +158,11 @@ class Harness:
             url = base + s.sold_out.path
             wrk.run(url, o.warmup_s, o.soldout_connections, load_core, threads=workers)
             before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
-            with served.cpu() as cpu:
+            with served.cpu() as use:
                 result = wrk.run(
                     url, o.duration_s, o.soldout_connections, load_core, threads=workers
                 )
-            metrics: dict[str, Any] = {**_wrk_figures(result), **cpu.figures(result.requests)}
+            metrics: dict[str, Any] = {**_wrk_figures(result), **use.figures(result.requests)}
             metrics["workers"] = workers
             if subject == "gateway" and workers == 1:
                 # /metrics is per process: with more workers it shows one worker's count only.
@@ -217,9 +190,9 @@ class Harness:
             count = int(warm.rps * o.duration_s * 1.5) + 5_000
             token_file = self._token_file(f"{subject}-closed", count)
             before = self._reserved(item)
-            with served.cpu() as cpu:
+            with served.cpu() as use:
                 result = load(o.duration_s, token_file, count)
-        metrics: dict[str, Any] = {**_wrk_figures(result), **cpu.figures(result.requests)}
+        metrics: dict[str, Any] = {**_wrk_figures(result), **use.figures(result.requests)}
         metrics["workers"] = workers
         metrics["tokens"] = count
         metrics["reserved"] = self._reserved(item) - before
@@ -318,7 +291,7 @@ class Harness:
     ) -> dict[str, Any]:
         """An open-loop run at ``rate``, with the server's CPU over it per answered request."""
         o = self.opts
-        with served.cpu() as cpu:
+        with served.cpu() as use:
             metrics = openloop.measure(
                 url,
                 rate=rate,
@@ -329,7 +302,7 @@ class Harness:
                 tokens=token_file,
                 timeout_s=o.duration_s + o.open_warmup_s + 120,
             )
-        metrics.update(cpu.figures(metrics["answered_total"], metrics["elapsed_s"]))
+        metrics.update(use.figures(metrics["answered_total"], metrics["elapsed_s"]))
         return metrics
 
     def close(self) -> None:

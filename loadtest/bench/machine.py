@@ -27,33 +27,15 @@ def _run(argv: list[str]) -> str:
     return done.stdout + done.stderr
 
 
-def git_commit() -> str:
-    """``git rev-parse --short HEAD``, plus what is not committed: the code that was measured."""
+def git_commit() -> dict[str, Any]:
+    """The code that was measured: ``git rev-parse --short HEAD``, whether the tree was clean,
+    and if not, how many files differed."""
     head = _run(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown"
     status = _run(["git", "status", "--porcelain"]).splitlines()
     modified = sum(1 for line in status if line and not line.startswith("??"))
     untracked = sum(1 for line in status if line.startswith("??"))
-    if not modified and not untracked:
-        return head
-    return f"{head} dirty ({modified} modified, {untracked} untracked files)"
-
-
-def cpu_ticks(cpu: str = "cpu") -> tuple[int, int]:
-    """(busy, total) jiffies so far of ``cpu``: "cpu" for all cores, "cpu1" for core 1
-    (``/proc/stat``; guest time is already in user)."""
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *values = line.split()
-            if name == cpu:
-                fields = [int(v) for v in values[:8]]
-                total = sum(fields)
-                return total - fields[3] - fields[4], total  # idle + iowait
-    raise ValueError(f"no {cpu} in /proc/stat")
-
-
-def cpu_busy_s() -> float:
-    """Non-idle CPU seconds of the whole machine so far, all cores."""
-    return cpu_ticks()[0] / os.sysconf("SC_CLK_TCK")
+    changes = f"{modified} modified, {untracked} untracked files"
+    return {"commit": head, "clean": not (modified or untracked), "changes": changes}
 
 
 def loadavg() -> float:
@@ -82,8 +64,10 @@ def versions() -> dict[str, str]:
         "redis-py": version("redis"),
         "confluent-kafka": version("confluent-kafka"),
         "PyJWT": version("pyjwt"),
+        "hdrhistogram": version("hdrhistogram"),
         "wrk": _first(r"^wrk (\S+)", _run(["wrk", "-v"])),
         "nginx": _first(r"nginx/(\S+)", _run(["nginx", "-v"])),
         "redis-server": _first(r"v=(\S+)", _run(["redis-server", "--version"])),
         "redis-benchmark": _first(r"redis-benchmark (\S+)", _run(["redis-benchmark", "--version"])),
+        "haproxy": _first(r"HAProxy version (\S+)", _run(["haproxy", "-v"])),
     }

@@ -1,31 +1,29 @@
-"""``python -m loadtest.bench.overload``: one gateway process offered 2×, 5× and 10× its measured
+"""The ``overload`` section: one gateway process offered 2×, 5× and 10× its measured
 maximum, open loop, on the reserve path and on the sold-out path, side by side with the same run
 at 0.5× and 1×.
 
-The load goes to the entry point production uses (``--entry balancer``, the default): haproxy
-with the fleet's configuration (flashsale/fleet/haproxy.py) in front of the gateway, where a
-gateway is given ``edge_server_maxconn`` requests at once and the excess waits or is refused
-503 in haproxy; ``--entry gateway`` loads the process directly, as before. The gateway and haproxy
-run on core 0 (the server side, as in loadtest/bench/balancer.py: on core 1 haproxy waited
-behind the generator, which spins, and the stack), the generator (loadtest/bench/phased.py, the
-open-loop generator with stepped rates) and the stack on core 1. The maximum of each path is
-its closed-loop req/s (wrk, straight at the gateway, as in the benchmark's closed section)
-unless given. Each run starts a fresh gateway (so
-its peak RSS is the run's own): a warm-up at 0.5×, the measured phase, then 0.5× again to time
-the recovery: the seconds from the end of the overload until every 100 ms window is answered,
-all accepted, none slower than 3× the p99 at 0.5×. Prints a Markdown table per path.
+The load goes to the entry point production uses (``--overload-entry balancer``, the default):
+haproxy with the fleet's configuration (flashsale/fleet/haproxy.py) in front of the gateway, where
+a gateway is given ``edge_server_maxconn`` requests at once and the excess waits or is refused 503
+in haproxy; ``--overload-entry gateway`` loads the process directly, as before. The gateway and
+haproxy run on core 0 (the server side, as in loadtest/bench/balancer.py: on core 1 haproxy waited
+behind the generator, which spins, and the stack), the generator (loadtest/generators/phased.py,
+the open-loop generator with stepped rates) and the stack on core 1. The maximum of each path is
+its closed-loop req/s (wrk, straight at the gateway, as in the benchmark's closed section) unless
+given. Each run starts a fresh gateway (so its peak RSS is the run's own): a warm-up at 0.5×, the
+measured phase, then 0.5× again to time the recovery: the seconds from the end of the overload
+until every 100 ms window is answered, all accepted, none slower than 3× the p99 at 0.5×. bench.md
+gets a table per path.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +33,16 @@ from flashsale.fleet import haproxy
 from flashsale.fleet.haproxy import Edge
 from flashsale.stack.processes import http_ready
 from kernel.settings import settings
-from loadtest.bench import phased, phased_vegeta, servers
-from loadtest.bench.harness import Harness, Options, Served
+from loadtest.bench import results as store
+from loadtest.bench import servers
+from loadtest.bench.context import Context
+from loadtest.bench.harness import Harness, Served
+from loadtest.bench.report import fmt
 from loadtest.bench.sale import Item, purchase
 from loadtest.bench.servers import pinned
-from loadtest.constants import BENCH_PORTS, REPORTS_DIR
-from loadtest.generators import tokens
+from loadtest.constants import BENCH_PORTS
+from loadtest.generators import phased, phased_vegeta, tokens
+from loadtest.measure.cpu import used
 from rig.ports import free_port
 
 WARMUP_S, AFTER_S = 2.0, 4.0
@@ -154,9 +156,9 @@ class Overload:
             if path == "sold_out":
                 self._flag(served, item)
             pids = {"gateway": served.pid, **({"haproxy": balancer.pid} if balancer else {})}
-            cpu = {name: servers.cpu_seconds(pid) for name, pid in pids.items()}
-            result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
-            result["cpu_s"] = {n: servers.cpu_seconds(p) - cpu[n] for n, p in pids.items()}
+            with used(*pids.values()) as use:
+                result = self._load(base + item.path, phases, ACCEPTED[path], token_file)
+            result["cpu_s"] = {name: use.of(pid) for name, pid in pids.items()}
             result["peak_rss_mb"] = peak_rss_mb(served.pid)
             result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None
@@ -235,7 +237,7 @@ def generator_limited(r: dict[str, Any]) -> bool:
     return sent is not None and sent < 0.95 * r["offered_rps"]
 
 
-def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
+def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> list[str]:
     lines = [
         f"### {path.replace('_', '-')} path (maximum {maximum:,.0f} req/s, closed loop)",
         "",
@@ -261,70 +263,56 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> str:
             f"| {r['counts']['other'] + r['unanswered']:,} | {rss} "
             f"| {recovery} | {r['dispatch_lag_p99_ms']:.1f} |"
         )
-    return "\n".join(lines)
+    return [*lines, ""]
 
 
-def parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m loadtest.bench.overload", description=__doc__)
-    p.add_argument("--seconds", type=float, default=10.0, help="of overload per run")
-    p.add_argument("--multiples", default="0.5,1,2,5,10")
-    p.add_argument("--paths", default="reserve,sold_out")
-    p.add_argument("--reserve-max", type=float)
-    p.add_argument("--soldout-max", type=float)
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class OverloadOptions:
+    seconds: float = field(default=10.0, metadata=_help("of overload per run"))
+    multiples: str = field(default="0.5,1,2,5,10", metadata=_help("of each path's maximum"))
+    paths: str = field(default="reserve,sold_out", metadata=_help("reserve, sold_out"))
+    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
+    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
     # Enough that the offered rate reaches the server: with 256, at 2× the generator itself
     # queued 12,814 requests for a free connection (HTTP/1.1: one request per connection), and
     # the server never saw the overload it was meant to shed.
-    p.add_argument("--connections", type=int, default=2048)
-    p.add_argument("--target-ms", type=float, help="admission target (default: the setting's)")
-    p.add_argument(
-        "--without-admission",
-        default="",
-        help="multiples also run with the gateway's admission off",
-    )
-    p.add_argument(
-        "--entry", choices=("balancer", "gateway"), default="balancer",
-        help="load haproxy in front of the gateway (production's entry point) or the gateway",
-    )  # fmt: skip
-    p.add_argument(
-        "--direct", default="2", help="multiples also run straight at the gateway, side by side"
-    )
-    p.add_argument(
-        "--server-maxconn", default="", help="haproxy's per-gateway maxconn; a list: a row each"
-    )
-    p.add_argument("--queue-per-server", type=int, help="queued per gateway before a 503")
-    p.add_argument("--queue-ms", type=int, help="haproxy's timeout queue")
-    p.add_argument(
-        "--vegeta", default="", help="vegeta binary: it offers the load instead of phased.py"
-    )
-    p.add_argument(
-        "--stack-on",
-        choices=("load", "server"),
-        default="load",
-        help="the stack's core: the generator's (default) or the gateway's, so the generator "
-        "never takes CPU from Redis and Kafka",
-    )
-    p.add_argument(
-        "--balancer-on",
-        choices=("server", "load"),
-        default="server",
-        help="haproxy's core: the gateway's (default) or the generator's, as a balancer on a "
-        "host of its own would take none of the gateway's CPU",
-    )
-    p.add_argument(
-        "--ceiling", action="store_true", help="first the generator against nginx at each rate"
-    )
-    return p.parse_args(argv)
+    connections: int = field(default=2048, metadata=_help("open-loop connections"))
+    target_ms: float = field(default=0.0, metadata=_help("admission target (0: the setting's)"))
+    without_admission: str = field(default="", metadata=_help("multiples also run admission off"))
+    entry: str = field(default="balancer", metadata=_help("balancer (haproxy in front) or gateway"))
+    direct: str = field(default="2", metadata=_help("multiples also run straight at the gateway"))
+    server_maxconn: str = field(default="", metadata=_help("haproxy's per-gateway maxconn list"))
+    queue_per_server: int = field(default=0, metadata=_help("queued per gateway (0: setting's)"))
+    queue_ms: int = field(default=0, metadata=_help("haproxy's timeout queue (0: setting's)"))
+    vegeta: str = field(default="", metadata=_help("vegeta binary: it offers the load instead"))
+    stack_on: str = field(default="load", metadata=_help("the stack's core: load or server"))
+    balancer_on: str = field(default="server", metadata=_help("haproxy's core: server or load"))
+    ceiling: bool = field(default=False, metadata=_help("first the generator against nginx"))
+
+    def __post_init__(self) -> None:
+        for name, allowed in (
+            ("entry", ("balancer", "gateway")),
+            ("stack_on", ("load", "server")),
+            ("balancer_on", ("server", "load")),
+        ):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"--overload-{name.replace('_', '-')}: one of {allowed}")
 
 
-def edges_of(args: argparse.Namespace) -> list[Edge | None]:
+def edges_of(args: OverloadOptions) -> list[Edge | None]:
     """The balancer's limits: the settings', with any the command line gives on top (one
     per ``--server-maxconn`` value); [None] for the gateway itself."""
     if args.entry != "balancer":
         return [None]
-    given = {"queue_per_server": args.queue_per_server, "queue_timeout_ms": args.queue_ms}
-    edge = dataclasses.replace(
-        Edge.of(settings()), **{k: v for k, v in given.items() if v is not None}
-    )
+    edge = Edge.of(settings())
+    if args.queue_per_server:
+        edge = dataclasses.replace(edge, queue_per_server=args.queue_per_server)
+    if args.queue_ms:
+        edge = dataclasses.replace(edge, queue_timeout_ms=args.queue_ms)
     maxconns = [int(m) for m in args.server_maxconn.split(",") if m]
     return [dataclasses.replace(edge, server_maxconn=m) for m in maxconns] or [edge]
 
@@ -335,57 +323,88 @@ def run_label(edge: Edge | None, admission: str) -> str:
     return f"balancer maxconn {edge.server_maxconn}, {admission}"
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    args = parse(argv)
-    cfg = settings()
-    tokens.check(cfg)
-    opts = Options(
-        duration_s=5.0, warmup_s=2.0, soldout_connections=64, reserve_connections=256,
-        open_connections=args.connections, open_warmup_s=1.0, redis_clients=50, redis_calls={},
-        stack_core=Options.server_core if args.stack_on == "server" else None,
-    )  # fmt: skip
-    log_dir = REPORTS_DIR / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
+def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[str, Any]:
     paths = [p for p in args.paths.split(",") if p]
-    multiples = [float(m) for m in args.multiples.split(",") if m]
-    off = [float(m) for m in args.without_admission.split(",") if m]
-    direct = [float(m) for m in args.direct.split(",") if m] if args.entry == "balancer" else []
-    with tempfile.TemporaryDirectory(prefix="overload-") as workdir:
-        h = Harness(cfg, opts, Path(workdir), log_dir)
-        try:
-            h.set_up_sale()
-            given = {"reserve": args.reserve_max, "sold_out": args.soldout_max}
-            top = maxima(h, {p: given[p] for p in paths})
-            edges = edges_of(args)
-            print(f"entry: {edges}", flush=True)
-            balancer_core = opts.load_core if args.balancer_on == "load" else opts.server_core
-            bench = Overload(h, args.seconds, args.connections, args.vegeta, balancer_core)
-            if args.ceiling:
-                for path in paths:
-                    for m in sorted({m for m in multiples + direct if m > 1}):
-                        print(
-                            f"  ceiling {m:g}× {path}: {bench.ceiling(top[path] * m)}", flush=True
-                        )
-            tables = []
-            on = {"FLASHSALE_ADMISSION_TARGET_MS": str(args.target_ms)} if args.target_ms else {}
-            runs = [(m, e, run_label(e, "on"), on) for m in multiples for e in edges]
-            runs += [(m, e, run_label(e, "off"), ADMISSION_OFF) for m in off for e in edges]
-            runs += [(m, None, run_label(None, "on"), on) for m in direct]
-            runs.sort(key=lambda run: run[0])  # each multiple's runs back to back: side by side
+    multiples = _floats(args.multiples)
+    off = _floats(args.without_admission)
+    direct = _floats(args.direct) if args.entry == "balancer" else []
+    h = ctx.own_harness(
+        "overload", duration_s=5.0, warmup_s=2.0, open_connections=args.connections,
+        stack_core=ctx.opts.server_core if args.stack_on == "server" else None,
+    )  # fmt: skip
+    opts = h.opts
+    try:
+        h.set_up_sale()
+        given = {"reserve": args.reserve_max or None, "sold_out": args.soldout_max or None}
+        top = maxima(h, {p: given[p] for p in paths})
+        edges = edges_of(args)
+        print(f"entry: {edges}", flush=True)
+        balancer_core = opts.load_core if args.balancer_on == "load" else opts.server_core
+        bench = Overload(h, args.seconds, args.connections, args.vegeta, balancer_core)
+        if args.ceiling:
             for path in paths:
-                rows: list[dict[str, Any]] = []
-                for multiple, run_edge, label, env in runs:
-                    base_p99 = next((r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5), None)
-                    with environ(env):
-                        row = bench.run(path, top[path], multiple, base_p99, run_edge)
-                    row["run"] = label
-                    rows.append(row)
-                    print(f"  {path} {multiple:g}× {label}: {_brief(row)}", flush=True)
-                tables.append(table(path, top[path], rows))
-                (REPORTS_DIR / f"overload-{path}.json").write_text(_json(rows))
-            print("\n\n".join(tables))
-        finally:
-            h.close()
+                for m in sorted({m for m in multiples + direct if m > 1}):
+                    found = bench.ceiling(top[path] * m)
+                    rec.record("ceiling", f"{path} {m:g}×", 0, found, [])
+                    print(f"  ceiling {m:g}× {path}: {found}", flush=True)
+        on = {"FLASHSALE_ADMISSION_TARGET_MS": f"{args.target_ms:g}"} if args.target_ms else {}
+        runs = [(m, e, run_label(e, "on"), on) for m in multiples for e in edges]
+        runs += [(m, e, run_label(e, "off"), ADMISSION_OFF) for m in off for e in edges]
+        runs += [(m, None, run_label(None, "on"), on) for m in direct]
+        runs.sort(key=lambda run: run[0])  # each multiple's runs back to back: side by side
+        for path in paths:
+            rows: list[dict[str, Any]] = []
+            for multiple, run_edge, label, env in runs:
+                base_p99 = next((r["ok_p99_ms"] for r in rows if r["multiple"] == 0.5), None)
+
+                def one(
+                    m: float = multiple,
+                    e: Edge | None = run_edge,
+                    lab: str = label,
+                    en: dict[str, str] = env,
+                    b: float | None = base_p99,
+                ) -> tuple[dict[str, Any], list[str]]:
+                    with environ(en):
+                        row = bench.run(path, top[path], m, b, e)  # noqa: B023 - this pass's
+                    row["run"] = lab
+                    return row, []
+
+                done = rec.step(
+                    f"{path} {multiple:g}× {label}", (path, label, len(rows)), one, _brief
+                )
+                if done["metrics"]:
+                    rows.append(done["metrics"])
+    finally:
+        h.close()
+    return {**dataclasses.asdict(args), "repeats": 1, "maxima": top}
+
+
+CEILING_RATES = ("rate", "answered_rps")
+
+
+def _floats(text: str) -> list[float]:
+    return [float(m) for m in text.split(",") if m]
+
+
+def render(data: store.Section) -> list[str]:
+    """A table per path, the rows in the order they ran; the generator's ceilings, if measured."""
+    maxima: dict[str, float] = data["settings"]["maxima"]
+    out = ["## Overload: 2×, 5×, 10× one gateway's maximum", "", *fmt.provenance(data)]
+    for path, top in maxima.items():
+        rows = [r["metrics"] for r in data["runs"] if r["scenario"] == path and r["metrics"]]
+        out += table(path, top, rows)
+    ceilings = [r for r in data["runs"] if r["scenario"] == "ceiling"]
+    if ceilings:
+        out += ["The generator against nginx `return 410` at each offered rate:", ""]
+        out += fmt.table(
+            ["path, multiple", "offered req/s", "answered req/s", "lag p99 ms", "p99 ms"],
+            [
+                [r["subject"], *(fmt.rate(r["metrics"][k] or 0.0) for k in CEILING_RATES),
+                 fmt.ms(r["metrics"]["lag_p99_ms"]), fmt.ms(r["metrics"]["p99_ms"])]
+                for r in ceilings
+            ],
+        )  # fmt: skip
+    return out
 
 
 def _brief(r: dict[str, Any]) -> str:
@@ -399,11 +418,3 @@ def _brief(r: dict[str, Any]) -> str:
 
 def _refusals(counts: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in counts.items() if k.startswith("admission")}
-
-
-def _json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -10,7 +10,7 @@ the subjects rotated every repeat so drift does not always hit the same one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -89,7 +89,7 @@ def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
     return sorted(names)
 
 
-def gateway_max(runs: Sequence[dict[str, Any]], scenario: str) -> float | None:
+def gateway_max(runs: Sequence[Mapping[str, Any]], scenario: str) -> float | None:
     """The gateway's median closed-loop req/s in ``runs`` (the closed section's)."""
     found = figure(select(runs, "closed", scenario, "gateway"), "rps")
     return found.median if found else None

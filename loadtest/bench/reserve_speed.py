@@ -1,6 +1,7 @@
-"""``python -m loadtest.bench.reserve_speed``: the reserve path of code trees side by side.
+"""The ``reserve_speed`` section: the reserve path of code trees side by side.
 
-Each tree (``--tree NAME=DIR``, a copy of the project: e.g. the committed code and the work tree)
+Each tree (``--compare NAME=DIR|REV``: a copy of the project or a revision; the current code is
+always the last)
 serves one gateway worker pinned to the server core, the load generator runs on the other core;
 the trees alternate within every round (rotated order), so both see the same machine. The
 shared stack is left where the scheduler puts it (other people use it: nothing is re-pinned).
@@ -9,115 +10,81 @@ shared stack is left where the scheduler puts it (other people use it: nothing i
   req/s and the gateway's CPU µs per 202 at saturation; the naive gateway beside them;
 - open loop at fractions of each tree's own median closed-loop rate, by two instruments on the
   same gateway process: the project's generator (``loadtest.generators.openloop``) and vegeta
-  (``--vegeta``: a targets file with one buyer token per request), whose latencies are given
-  both as vegeta reports them (from the moment it sent) and from each request's intended send
-  time (``seq / rate``, as the project's generator measures);
+  (``--reserve-speed-vegeta``: a targets file with one buyer token per request), whose latencies
+  are given both as vegeta reports them (from the moment it sent) and from each request's
+  intended send time (``seq / rate``, as the project's generator measures);
 - each generator's ceiling against nginx ``return 410`` at 2x the highest offered rate;
-- ``--profile S``: a py-spy sampling profile of the first tree's worker under closed-loop load,
-  its samples bucketed into the stages of one 202 (``stages``).
-
-Prints one ``RESERVE_SPEED_JSON`` line (and writes ``--json``).
+- ``--reserve-speed-profile S``: a py-spy sampling profile of the first tree's worker under
+  closed-loop load, its samples bucketed into the stages of one 202 (``loadtest.measure.profile``).
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
+import dataclasses
 import json
-import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
-import time
-from collections import Counter
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from flashsale import stack
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
-from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest.bench import affinity, machine, sale, servers, topics
+from kernel.settings import PROJECT_ROOT, Settings
+from loadtest.bench import results as store
+from loadtest.bench import sale, servers, topics
+from loadtest.bench.context import Context
 from loadtest.bench.harness import GATEWAY_ENV
-from loadtest.constants import REPORTS_DIR
+from loadtest.bench.report import fmt
+from loadtest.bench.stats import figure, paired_ratio, select
 from loadtest.generators import openloop, tokens, wrk
 from loadtest.generators import vegeta as vegeta_gen
+from loadtest.measure import cpu, stamps
+from loadtest.measure import trees as trees_mod
+from loadtest.measure.profile import stages
+from loadtest.measure.trees import Tree
 from rig.ports import free_port
 
-SUMMARY_PREFIX = "RESERVE_SPEED_JSON "
+SECTION = "reserve_speed"
+
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    naive: bool = field(default=True, metadata={"help": "the naive gateway in closed loop too"})
+    open_rounds: int = field(default=1, metadata={"help": "open-loop rounds"})
+    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
+    warmup: float = field(default=2.0, metadata={"help": "wrk warm-up seconds"})
+    fractions: str = field(default="0.5,0.9", metadata={"help": "open-loop rates, of each max"})
+    rates: str = field(default="", metadata={"help": "open-loop req/s instead of fractions"})
+    ceiling: bool = field(default=False, metadata={"help": "each generator against nginx"})
+    vegeta: str = field(
+        default="auto",
+        metadata={"help": "vegeta binary beside openloop (auto: the one on PATH; empty: none)"},
+    )
+    profile: float = field(default=0.0, metadata={"help": "py-spy seconds, first tree's run"})
+    stamps: bool = field(
+        default=False, metadata={"help": "a stamped copy of the current code too: time per stage"}
+    )
+
+    @property
+    def vegeta_bin(self) -> str:
+        return (shutil.which("vegeta") or "") if self.vegeta == "auto" else self.vegeta
+
+
 CONNECTIONS = 256
 # Between the benchmark's range and the voucher benchmark's port (loadtest/constants.py), so a
 # run beside ``python -m loadtest.bench`` does not take its ports.
 PORTS = range(18300, 18390)
-SERVER_CORE, LOAD_CORE = 0, 1
-
-# Stages of one 202, by the first frame (from the leaf up) whose function or file matches; the
-# rest is the event loop, the HTTP server and the interpreter ("other").
-STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("metrics", ("hot_counters.py", "gateway/metrics.py", "RouteStats.observe")),
-    ("token verification", ("gateway/auth.py", "gateway/hs256.py", "gateway/tokens.py")),
-    ("order id + event encoding", ("kernel/ids.py", "kernel/events.py", "payload_for")),
-    ("kafka: produce", ("OrderProducer.send",)),
-    ("kafka: delivery poll + reports", ("gateway/producer.py",)),
-    ("outbox ack", ("gateway/acks.py", "ack_outbox")),
-    ("redis: queue a call", ("AutoPipeline._queue", "AutoPipeline.call", "AutoPipeline.node_of")),
-    ("redis: pack + write a batch", ("AutoPipeline._flush", "AutoPipeline._send", "NodeLink.send")),
-    ("redis: read + settle replies", ("NodeLink.data_received", "AutoPipeline._answered")),
-    ("redis: router + reserver coroutines", ("shard_router/",)),
-    ("response: ASGI send (into granian)", ("capture",)),
-    ("response: build", ("gateway/responses.py",)),
-    ("periodic tasks", ("kernel/periodic.py", "catalog.py", "gateway/outbox.py", "admission.py")),
-    ("purchase handler (own code)", ("gateway/purchase.py", "gateway/handoff.py", "items.py")),
-    ("app front + route stats", ("gateway/front.py", "gateway/asgi.py", "gateway/observed.py")),
-    ("granian's Python glue", ("granian/_futures.py", "granian/asgi.py")),
-    ("event loop (uvloop run, callbacks)", ("_spawn_asgi_lifespan_worker", "uvloop", "asyncio/")),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Tree:
-    name: str
-    root: Path
-    settings: tuple[tuple[str, str], ...] = ()  # Settings fields given to its gateway
-
-
-def parse_tree(text: str) -> Tree:
-    """``NAME=DIR`` or ``NAME=DIR,field=value,...`` (fields of Settings for its gateway)."""
-    name, sep, rest = text.partition("=")
-    root, *fields = rest.split(",")
-    pairs = tuple(tuple(f.split("=", 1)) for f in fields)
-    if not sep or not name or not Path(root).is_dir() or any(len(p) != 2 for p in pairs):
-        raise argparse.ArgumentTypeError(f"--tree NAME=DIR[,field=value...]: {text!r}")
-    return Tree(name, Path(root).resolve(), pairs)  # type: ignore[arg-type]
-
-
-def stages(collapsed: Iterable[str]) -> dict[str, float]:
-    """py-spy's ``--format raw`` lines (``frame;frame;... count``, root first) as each stage's
-    share of the samples."""
-    counts: Counter[str] = Counter()
-    for line in collapsed:
-        stack, _, count = line.rstrip().rpartition(" ")
-        if not stack or not count.isdigit() or count == "0":
-            continue
-        counts[_stage(stack.split(";"))] += int(count)
-    total = sum(counts.values())
-    return {stage: n / total for stage, n in counts.most_common()} if total else {}
-
-
-def _stage(frames: list[str]) -> str:
-    for frame in reversed(frames):
-        for stage, marks in STAGES:
-            if any(mark in frame for mark in marks):
-                return stage
-    return "other"
 
 
 def vegeta(
+    core: int,
     binary: str,
     workdir: Path,
     targets: Path | None,
@@ -129,39 +96,21 @@ def vegeta(
     """One vegeta attack pinned to the load core, at most CONNECTIONS connections."""
     results = workdir / "vegeta.bin"
     attack = vegeta_gen.start(
-        binary, url, rate=rate, seconds=seconds + warmup_s, core=LOAD_CORE,
+        binary, url, rate=rate, seconds=seconds + warmup_s, core=core,
         connections=CONNECTIONS, results=results, target_file=targets,
     )  # fmt: skip
     hits = vegeta_gen.finish(binary, attack, results, seconds + warmup_s + 90)
     return vegeta_gen.summary(hits, rate, int(rate * warmup_s))
 
 
-@dataclass
-class Beside:
-    """What the rest of the machine did during a run: the load core's busy share (generator
-    and stack together) and the stack's CPU by process name."""
-
-    cfg: Settings
-    ticks: tuple[int, int]
-    stack_s: dict[str, float]
-
-    @classmethod
-    def start(cls, cfg: Settings) -> Beside:
-        return cls(cfg, machine.cpu_ticks(f"cpu{LOAD_CORE}"), affinity.stack_cpu_seconds(cfg))
-
-    def stop(self) -> dict[str, Any]:
-        busy, total = machine.cpu_ticks(f"cpu{LOAD_CORE}")
-        now = affinity.stack_cpu_seconds(self.cfg)
-        return {
-            "load_core_busy": (busy - self.ticks[0]) / max(1, total - self.ticks[1]),
-            "stack_s": {k: v - self.stack_s.get(k, 0.0) for k, v in now.items()},
-        }
-
-
 class Bench:
-    def __init__(self, cfg: Settings, opts: argparse.Namespace, workdir: Path) -> None:
+    def __init__(
+        self, cfg: Settings, opts: SpeedOptions, workdir: Path, cores: tuple[int, int]
+    ) -> None:
         self.cfg = cfg
+        self.server_core, self.load_core = cores
         self.opts = opts
+        self.profile_now = opts.profile > 0
         self.workdir = workdir
         self.buyers = tokens.BuyerIds()
         self.taken: set[int] = set()
@@ -186,9 +135,15 @@ class Bench:
             root, name = tree.root, tree.name
         log = self.workdir / f"{name}.log"
         # ``python -m`` puts the working directory first on sys.path: the tree's code is run.
-        with process_group(servers.pinned(SERVER_CORE, argv), log=log, env=env, cwd=root) as p:
+        with process_group(servers.pinned(self.server_core, argv), log=log, env=env, cwd=root) as p:
             wait_ready(p, http_ready(f"{base}/readyz", 200), 60, name, log)
             yield p.pid
+
+    def used(self, session: int) -> AbstractContextManager[cpu.Use]:
+        """The gateway's CPU (and its threads'), the load core's and the stack's over a block."""
+        return cpu.used(
+            session, threads_of=session, core=self.load_core, beside=stack.pids(self.cfg)
+        )
 
     def item(self, tree: Tree | None) -> sale.Item:
         assert self.made is not None
@@ -205,15 +160,15 @@ class Bench:
         with self.gateway(tree) as session:
             url = self.url(tree)
             warm = self.token_file("warm", 20_000)
-            wrk.run(url, o.warmup, CONNECTIONS, LOAD_CORE, (warm, 0, 20_000))
+            wrk.run(url, o.warmup, CONNECTIONS, self.load_core, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
             token_file = self.token_file("closed", count)
-            cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
-            beside = Beside.start(self.cfg)
-            profile = self._profiler(session) if tree is not None and o.profile_now else None
-            result = wrk.run(url, o.duration, CONNECTIONS, LOAD_CORE, (token_file, 0, count))
-            cpu, threads = servers.cpu_seconds(session) - cpu, _used(thread_cpu(session), threads)
-            around = beside.stop()
+            profile = self._profiler(session) if tree is not None and self.profile_now else None
+            with self.used(session) as use:
+                result = wrk.run(
+                    url, o.duration, CONNECTIONS, self.load_core, (token_file, 0, count)
+                )
+            server_s, threads = use.of(session), use.threads
             profiled = self._profile_done(profile)
             outcomes = _outcomes(f"http://127.0.0.1:{self.port}") if tree is not None else {}
         self.shards.clear_holds(self.item(tree))
@@ -223,10 +178,10 @@ class Bench:
             "p50_ms": result.p50_ms,
             "p99_ms": result.p99_ms,
             "non_2xx": result.non_2xx,
-            "cpu_us_per_202": cpu / accepted * 1e6 if accepted else 0.0,
-            "busy": cpu / result.duration_s,
-            "load_core_busy": around["load_core_busy"],
-            "stack_us_per_202": {k: v / accepted * 1e6 for k, v in around["stack_s"].items()}
+            "cpu_us_per_202": server_s / accepted * 1e6 if accepted else 0.0,
+            "busy": server_s / result.duration_s,
+            "load_core_busy": use.core_busy,
+            "stack_us_per_202": {k: v / accepted * 1e6 for k, v in use.beside.items()}
             if accepted
             else {},
             "outcomes": outcomes,
@@ -237,7 +192,7 @@ class Bench:
         }
 
     def _profiler(self, session: int) -> subprocess.Popen[bytes] | None:
-        self.opts.profile_now = False  # once per invocation
+        self.profile_now = False  # once per invocation
         worker = _worker_pid(session)
         out = self.workdir / "profile.txt"
         argv = [
@@ -245,7 +200,7 @@ class Bench:
             "--duration", f"{self.opts.profile:g}", "--rate", "250", "--format", "raw",
             "--gil", "--output", str(out),
         ]  # fmt: skip
-        return subprocess.Popen(servers.pinned(LOAD_CORE, argv), stdout=subprocess.DEVNULL)  # noqa: S603
+        return subprocess.Popen(servers.pinned(self.load_core, argv), stdout=subprocess.DEVNULL)  # noqa: S603
 
     def _profile_done(self, profile: subprocess.Popen[bytes] | None) -> dict[str, float] | None:
         if profile is None:
@@ -260,40 +215,21 @@ class Bench:
         with self.gateway(tree) as session:
             url = self.url(tree)
             for rate in rates:
-                tools = ["openloop", "vegeta"] if o.vegeta else ["openloop"]
+                tools = ["openloop", "vegeta"] if o.vegeta_bin else ["openloop"]
                 self.open_runs += 1  # each instrument goes first every other time
                 for tool in (
                     tools[self.open_runs % len(tools) :] + tools[: self.open_runs % len(tools)]
                 ):
                     count = int(rate * (o.duration + 1)) + 1
                     token_file = self.token_file(f"open-{tool}", count)
-                    cpu, threads = servers.cpu_seconds(session), thread_cpu(session)
-                    beside = Beside.start(self.cfg)
-                    profile = self._profiler(session) if o.profile_now else None
-                    if tool == "openloop":
-                        m = openloop.measure(
-                            url, rate=rate, duration_s=o.duration, warmup_s=1,
-                            connections=CONNECTIONS, core=LOAD_CORE, tokens=token_file,
-                            timeout_s=o.duration + 150,
-                        )  # fmt: skip
-                        fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
-                        fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
-                        fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
-                        answers = m["answered_total"]
-                    else:
-                        lines = token_file.read_bytes().split(b"\n")[:count]
-                        targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-                        fig = vegeta(o.vegeta, self.workdir, targets, url, rate, o.duration, 1)
-                        answers = int(rate * (o.duration + 1))
-                    cpu = servers.cpu_seconds(session) - cpu
-                    around = beside.stop()
-                    fig["load_core_busy"] = around["load_core_busy"]
-                    fig["stack_us_per_answer"] = {
-                        k: v / answers * 1e6 for k, v in around["stack_s"].items() if answers
-                    }
-                    used = _used(thread_cpu(session), threads)
-                    fig["cpu_us_per_answer"] = cpu / answers * 1e6 if answers else 0.0
-                    fig["threads_us_per_answer"] = {k: v / answers * 1e6 for k, v in used.items()}
+                    profile = self._profiler(session) if self.profile_now else None
+                    with self.used(session) as use:
+                        fig, answers = self._open_tool(tool, url, rate, token_file, count)
+                    fig["load_core_busy"] = use.core_busy
+                    per = 1e6 / answers if answers else 0.0
+                    fig["stack_us_per_answer"] = {k: v * per for k, v in use.beside.items()}
+                    fig["cpu_us_per_answer"] = use.of(session) * per
+                    fig["threads_us_per_answer"] = {k: v * per for k, v in use.threads.items()}
                     if (profiled := self._profile_done(profile)) is not None:
                         fig["profile"] = profiled
                     rows.append({"tree": tree.name, "tool": tool, "rate": rate, **fig})
@@ -301,20 +237,55 @@ class Bench:
                     self.shards.clear_holds(self.item(tree))
         return rows
 
+    def _open_tool(
+        self, tool: str, url: str, rate: float, token_file: Path, count: int
+    ) -> tuple[dict[str, Any], int]:
+        """One open-loop run with ``tool``: its figures and how many requests it answered."""
+        o = self.opts
+        if tool == "openloop":
+            m = openloop.measure(
+                url, rate=rate, duration_s=o.duration, warmup_s=1,
+                connections=CONNECTIONS, core=self.load_core, tokens=token_file,
+                timeout_s=o.duration + 150,
+            )  # fmt: skip
+            fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
+            fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
+            fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
+            answers = m["answered_total"]
+        else:
+            lines = token_file.read_bytes().split(b"\n")[:count]
+            targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
+            fig = vegeta(
+                self.load_core, o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1
+            )
+            answers = int(rate * (o.duration + 1))
+        return fig, answers
+
     def ceilings(self, rate: float) -> list[dict[str, Any]]:
         """Each generator against nginx ``return 410`` at ``rate``: can it offer it?"""
         port = free_port(self.taken, PORTS)
         url = f"http://127.0.0.1:{port}/"
         argv = servers.nginx_argv(port, self.workdir / "nginx")
         rows = []
-        with servers.running("nginx-speed", argv, http_ready(url, 410), self.workdir, SERVER_CORE):
+        with servers.running(
+            "nginx-speed", argv, http_ready(url, 410), self.workdir, self.server_core
+        ):
             m = openloop.measure(
                 url, rate=rate, duration_s=self.opts.duration, warmup_s=1,
-                connections=CONNECTIONS, core=LOAD_CORE, timeout_s=self.opts.duration + 150,
+                connections=CONNECTIONS, core=self.load_core, timeout_s=self.opts.duration + 150,
             )  # fmt: skip
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
-            if self.opts.vegeta:
-                v = vegeta(self.opts.vegeta, self.workdir, None, url, rate, self.opts.duration, 1)
+            if self.opts.vegeta_bin:
+                v = vegeta(
+                    self.load_core,
+                    self.opts.vegeta_bin,
+                    self.workdir,
+                    None,
+                    url,
+                    rate,
+                    self.opts.duration,
+                    1,
+                )
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
             print(f"[ceiling] {row}", flush=True)
@@ -333,30 +304,6 @@ def _brief(fig: dict[str, Any]) -> str:
     return " ".join(f"{k} {fig[k]:.2f}" for k in keys if k in fig) + f" {fig.get('statuses')}"
 
 
-def thread_cpu(session: int) -> dict[str, float]:
-    """CPU seconds so far of every thread of the processes in ``session``, by thread name
-    (digits dropped, so librdkafka's ``rdk:broker1`` and ``rdk:broker2`` add up)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    found: dict[str, float] = {}
-    for stat in Path("/proc").glob("[0-9]*/task/[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            text = stat.read_text()
-            name, fields = (
-                text[text.index("(") + 1 : text.rindex(")")],
-                text.rsplit(")", 1)[1].split(),
-            )
-            if int(fields[3]) == session:
-                name = name.rstrip("0123456789")
-                found[name] = found.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return found
-
-
-def _used(after: dict[str, float], before: dict[str, float]) -> dict[str, float]:
-    """CPU seconds each thread name used between two ``thread_cpu`` readings (threads that
-    ended meanwhile are lost: the gateway's threads live as long as it does)."""
-    return {k: v - before.get(k, 0.0) for k, v in after.items() if v > before.get(k, 0.0)}
-
-
 def _outcomes(base: str) -> dict[str, float]:
     """The gateway's purchase outcome and guard counters (``/metrics``), the non-zero ones."""
     text = httpx.get(f"{base}/metrics", timeout=10).text
@@ -368,90 +315,196 @@ def _outcomes(base: str) -> dict[str, float]:
 
 def _worker_pid(session: int) -> int:
     """The granian worker of the server whose session is ``session``: its newest process."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError, ValueError):
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if int(fields[3]) == session and int(stat.parent.name) != session:
-                found.append(int(stat.parent.name))
+    found = [pid for pid in cpu.members(session) if pid != session]
     return max(found) if found else session
 
 
-def run(cfg: Settings, opts: argparse.Namespace) -> dict[str, Any]:
-    workdir = REPORTS_DIR / "reserve-speed"
-    workdir.mkdir(parents=True, exist_ok=True)
-    bench = Bench(cfg, opts, workdir)
-    opts.profile_now = opts.profile > 0
-    trees: list[Tree] = opts.tree or [Tree("current", PROJECT_ROOT)]
+def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, Any]:
+    """The section: every tree of ``--compare`` (and the current code) in every round."""
+    cfg = ctx.cfg
+    workdir = ctx.workdir / "reserve-speed"
+    workdir.mkdir(exist_ok=True)
+    bench = Bench(cfg, opts, workdir, (ctx.opts.server_core, ctx.opts.load_core))
+    trees = [*(trees_mod.check_out(w, workdir / "trees") for w in ctx.compare), trees_mod.CURRENT]
+    stamps_dir = workdir / "stamps"
+    if opts.stamps:
+        stamps_dir.mkdir()
+        trees.append(Tree("stamped", stamps.stamp(PROJECT_ROOT, workdir / "stamped", stamps_dir)))
     subjects: list[Tree | None] = [*trees, *([None] if opts.naive else [])]
-    closed: dict[str, list[dict[str, Any]]] = {t.name if t else "naive": [] for t in subjects}
-    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())}
     with topics.own_topics(cfg, "speed") as env:
         bench.env = env
         try:
             with bench.gateway(trees[0]):
                 bench.made = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
-            for r in range(opts.rounds):
-                order = subjects[r % len(subjects) :] + subjects[: r % len(subjects)]
-                for subject in order:
-                    m = bench.closed(subject)
+            for r in range(ctx.args.repeats):
+                for subject in store.rotate(subjects, r):
                     name = subject.name if subject else "naive"
-                    closed[name].append(m)
-                    print(f"[closed] round {r + 1} {name}: {m['rps']:,.0f} req/s "
-                          f"{m['cpu_us_per_202']:.0f} µs/202 p99 {m['p99_ms']:.1f} ms "
-                          f"non-2xx {m['non_2xx']}", flush=True)  # fmt: skip
-            out["closed"] = closed
-            out["closed_median_rps"] = {
-                name: statistics.median(m["rps"] for m in runs)
-                for name, runs in closed.items()
-                if runs
+                    rec.step(
+                        f"closed {name} #{r + 1}",
+                        ("closed", name, r),
+                        lambda t=subject: (bench.closed(t), []),  # type: ignore[misc]
+                        _brief_closed,
+                    )
+            medians = {
+                name: found.median
+                for name in {r["subject"] for r in rec.runs}
+                if (found := figure(select(rec.runs, SECTION, "closed", name), "rps"))
             }
-            out["open"] = []
             for r in range(opts.open_rounds):
-                for tree in trees[r % len(trees) :] + trees[: r % len(trees)]:
-                    top = out["closed_median_rps"].get(tree.name, 0.0)
-                    rates = opts.rates or [round(top * f, -1) for f in opts.fractions]
-                    out["open"] += bench.open(tree, rates)
-            if opts.open_rounds and opts.ceiling:
-                top = max(opts.rates or [out["closed_median_rps"][t.name] for t in trees])
-                fraction = 1.0 if opts.rates else max(opts.fractions)
-                out["ceilings"] = bench.ceilings(round(2 * top * fraction, -1))
+                for tree in store.rotate(trees, r):
+                    top = medians.get(tree.name, 0.0)
+                    fractions = _floats(opts.fractions)
+                    rates = _floats(opts.rates) or [round(top * f, -1) for f in fractions]
+                    for row in bench.open(tree, rates):
+                        rec.record(
+                            f"open@{row['rate']:g}", f"{tree.name}/{row['tool']}", r, row, []
+                        )
+            if opts.open_rounds and opts.ceiling and medians:
+                top = max(
+                    _floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
+                )
+                fraction = 1.0 if opts.rates else max(_floats(opts.fractions))
+                for row in bench.ceilings(round(2 * top * fraction, -1)):
+                    rec.record("ceiling", row["tool"], 0, row, [])
         finally:
             if bench.made is not None:
                 for item in bench.made.items:
                     bench.shards.drop(item)
             bench.shards.close()
-    return out
+    # One file per stamped gateway process (one a run): each run's stages.
+    for i, page in enumerate(sorted(stamps_dir.glob("stages-*.json"))):
+        rec.record("stages", "stamped", i, stamps.summary(json.loads(page.read_text())), [])
+    return {
+        **dataclasses.asdict(opts),
+        "vegeta": opts.vegeta_bin,
+        "repeats": ctx.args.repeats,
+        "trees": [
+            {"name": t.name, "root": str(t.root), "settings": dict(t.settings)} for t in trees
+        ],
+        "compare": [f"{w.name}={w.where}" for w in ctx.compare],
+        "connections": CONNECTIONS,
+        "server_core": ctx.opts.server_core,
+        "load_core": ctx.opts.load_core,
+    }
+
+
+STAGE_FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
+
+
+def _latency(m: dict[str, Any], key: str) -> float:
+    """The project generator's ``p99_ms``, or vegeta's from the intended send time."""
+    return float(m.get(f"{key}_ms", m.get(f"{key}_ms_intended", 0.0)))
 
 
 def _floats(text: str) -> list[float]:
     return [float(x) for x in text.split(",") if x]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m loadtest.bench.reserve_speed", description=__doc__
+def _brief_closed(m: dict[str, Any]) -> str:
+    return (
+        f"{m['rps']:,.0f} req/s, {m['cpu_us_per_202']:.0f} µs/202, p99 {m['p99_ms']:.1f} ms,"
+        f" non-2xx {m['non_2xx']}"
     )
-    parser.add_argument("--tree", type=parse_tree, action="append", help="NAME=DIR, repeatable")
-    parser.add_argument("--naive", action="store_true", help="the naive gateway in closed loop")
-    parser.add_argument("--rounds", type=int, default=3, help="closed-loop rounds")
-    parser.add_argument("--open-rounds", type=int, default=1)
-    parser.add_argument("--duration", type=float, default=6.0, help="seconds per measured run")
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument(
-        "--fractions", type=_floats, default=[0.5, 0.9], help="open-loop rates, of each max"
-    )
-    parser.add_argument("--rates", type=_floats, default=[], help="open-loop req/s instead")
-    parser.add_argument("--ceiling", action="store_true", help="generators against nginx")
-    parser.add_argument("--vegeta", default=shutil.which("vegeta") or "", help="vegeta binary")
-    parser.add_argument("--profile", type=float, default=0.0, help="py-spy seconds, first run")
-    parser.add_argument("--json", type=Path)
-    opts = parser.parse_args()
-    result = run(settings(), opts)
-    if opts.json:
-        opts.json.write_text(json.dumps(result, indent=1))
-    print(SUMMARY_PREFIX + json.dumps(result))
 
 
-if __name__ == "__main__":
-    main()
+# --- its part of bench.md ---------------------------------------------------------------------
+
+
+def render(data: store.Section) -> list[str]:
+    runs = [r for r in data["runs"] if r["metrics"]]
+    s = data["settings"]
+    names = [t["name"] for t in s["trees"]] + (["naive"] if s.get("naive") else [])
+    closed = [r for r in runs if r["scenario"] == "closed"]
+    base = names[0]
+    shown = ", ".join(f"`{t['name']}` ({t['root']})" for t in s["trees"])
+    out = [
+        "## The reserve path, code trees side by side",
+        "",
+        *fmt.provenance(data),
+        f"Trees: {shown}; every round runs"
+        f" each once, in rotated order, one gateway worker on core {s.get('server_core', 0)}, wrk"
+        f" ({s['connections']} connections, a fresh buyer per request: every answer a 202) on"
+        f" core {s.get('load_core', 1)}. Ratios are paired per round against `{base}`.",
+        "",
+        *fmt.table(
+            ["tree", "closed req/s", f"÷ {base}", "CPU µs per 202", "p99 ms", "load core busy"],
+            [
+                [
+                    name,
+                    fmt.spread(figure(select(closed, SECTION, "closed", name), "rps")),
+                    fmt.ratio(
+                        paired_ratio(
+                            select(closed, SECTION, "closed", name),
+                            select(closed, SECTION, "closed", base),
+                            "rps",
+                        )
+                    ),
+                    fmt.spread(
+                        figure(select(closed, SECTION, "closed", name), "cpu_us_per_202"), fmt.ms
+                    ),
+                    fmt.spread(figure(select(closed, SECTION, "closed", name), "p99_ms"), fmt.ms),
+                    fmt.spread(
+                        figure(select(closed, SECTION, "closed", name), "load_core_busy"), fmt.pct
+                    ),
+                ]
+                for name in names
+            ],
+        ),  # fmt: skip
+    ]
+    opened = [r for r in runs if r["scenario"].startswith("open@")]
+    if opened:
+        out += [
+            "Open loop at fixed rates, each tree by the project's generator"
+            + (" and vegeta" if s.get("vegeta") else "")
+            + " (latency from each request's intended send time; vegeta's also from its send):",
+            "",
+            *fmt.table(
+                ["tree / tool", "offered req/s", "p50 ms", "p99 ms", "p99.9 ms", "answers/s",
+                 "CPU µs per answer"],
+                [
+                    [
+                        r["subject"], fmt.rate(r["metrics"]["rate"]),
+                        *(fmt.ms(_latency(r["metrics"], k)) for k in ("p50", "p99", "p999")),
+                        fmt.rate(r["metrics"]["throughput_rps"]),
+                        fmt.ms(r["metrics"]["cpu_us_per_answer"]),
+                    ]
+                    for r in opened
+                ],
+            ),
+        ]  # fmt: skip
+    ceilings = [r for r in runs if r["scenario"] == "ceiling"]
+    if ceilings:
+        out += [
+            "Each generator against nginx `return 410` at 2× the highest offered rate:",
+            "",
+            *fmt.table(
+                ["generator", "offered req/s", "answered req/s", "send lag p99 ms"],
+                [
+                    [r["subject"], *(fmt.rate(r["metrics"][k]) for k in ("rate", "throughput_rps")),
+                     fmt.ms(r["metrics"]["send_lag_p99_ms"])]
+                    for r in ceilings
+                ],
+            ),
+        ]  # fmt: skip
+    staged = [r["metrics"] for r in runs if r["scenario"] == "stages"]
+    if staged:
+        out += [
+            "Time per stage of one 202 in the stamped copy (its own stamps cost CPU: time only):"
+        ]
+        out += [""]
+        out += fmt.table(
+            ["stage", "n", "mean ms", "p50 ms", "p90 ms", "p99 ms"],
+            [
+                [
+                    stage,
+                    fmt.count(f["n"]),
+                    *(fmt.ms(f[k]) for k in ("mean_ms", "p50_ms", "p90_ms", "p99_ms")),
+                ]
+                for stage, f in staged[-1].items()
+            ],
+        )
+    profiles = [r["metrics"]["profile"] for r in runs if "profile" in r["metrics"]]
+    if profiles:
+        out += ["Where one 202's CPU went (py-spy samples of the first tree's worker):", ""]
+        out += fmt.table(["stage", "share"], [[k, fmt.pct(v)] for k, v in profiles[0].items()])
+    return [*out, ""]

@@ -1,10 +1,11 @@
-"""The raw results, kept per section: ``loadtest/reports/bench-results.json`` holds the latest run
-of every section (``python -m loadtest.bench --only writer`` replaces the writer section and keeps
-the others), each with its own provenance: command, dates, machine, commit, settings, runs.
+"""The raw results, one committed file per section: ``loadtest/reports/sections/<name>.json``
+holds the latest run of that section (``python -m loadtest.bench --only writer`` rewrites
+``writer.json`` and no other), with its provenance: command, dates, machine and load average at
+start and end, tool versions, commit and whether the tree was clean, settings, runs.
 
-A run is one measurement: ``{"phase", "scenario", "subject", "repeat", "at", "loadavg_1m",
-"metrics", "problems"}``; ``phase`` is the section's name. ``Recorder.step`` runs one measurement
-with a progress line and records it, or records its failure and lets the others go on.
+A run is one measurement, a ``Run`` row; ``phase`` is the section's name. ``Recorder.step``
+runs one measurement with a progress line and records it, or records its failure and lets the
+others go on.
 """
 
 from __future__ import annotations
@@ -15,17 +16,30 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from loadtest.bench import machine
 from loadtest.constants import REPORTS_DIR
 
-RESULTS_PATH = REPORTS_DIR / "bench-results.json"
-FORMAT = 2
+SECTIONS_DIR = REPORTS_DIR / "sections"
 Results = dict[str, Any]
 Section = dict[str, Any]
 Summarize = Callable[[dict[str, Any]], str]
 T = TypeVar("T")
+
+
+class Run(TypedDict):
+    """One measured run of a section, as committed: where it stands (scenario, subject, repeat),
+    when (time of day, the 1-minute load), its figures and the checks it failed."""
+
+    phase: str
+    scenario: str
+    subject: str
+    repeat: int
+    at: str
+    loadavg_1m: float
+    metrics: dict[str, Any]
+    problems: list[str]
 
 
 def rotate(items: Sequence[T], by: int) -> list[T]:
@@ -43,7 +57,7 @@ class Recorder:
     """The runs of one section as they are measured."""
 
     phase: str
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
 
     def record(
         self,
@@ -52,8 +66,8 @@ class Recorder:
         repeat: int,
         metrics: dict[str, Any],
         problems: list[str],
-    ) -> dict[str, Any]:
-        run = {
+    ) -> Run:
+        run: Run = {
             "phase": self.phase,
             "scenario": scenario,
             "subject": subject,
@@ -72,7 +86,7 @@ class Recorder:
         where: tuple[str, str, int],
         run: Callable[[], tuple[dict[str, Any], list[str]]],
         summarize: Summarize,
-    ) -> dict[str, Any]:
+    ) -> Run:
         """One measurement with a progress line. ``run`` returns (metrics, problems); a run that
         raises is recorded as failed and the section goes on (others edit the code meanwhile)."""
         print(f"  {label} ...", end="", flush=True)
@@ -91,11 +105,11 @@ class Recorder:
 
 def begin() -> dict[str, Any]:
     """What a section records before it measures: start time, machine (load average), commit."""
-    return {"started_at": now(), "machine": machine.describe(), "commit": machine.git_commit()}
+    return {"started_at": now(), "machine": machine.describe(), **machine.git_commit()}
 
 
 def section(
-    command: str, begun: dict[str, Any], settings: dict[str, Any], runs: list[dict[str, Any]]
+    command: str, begun: dict[str, Any], settings: dict[str, Any], runs: list[Run]
 ) -> Section:
     """A finished section: ``begun`` (from ``begin()``), then the end time and load, versions,
     the settings and the runs."""
@@ -108,48 +122,34 @@ def section(
         "machine": about,
         "versions": machine.versions(),
         "commit": begun["commit"],
+        "clean": begun["clean"],
+        "changes": begun["changes"],
         "settings": settings,
         "runs": runs,
     }
 
 
-def load(path: Path = RESULTS_PATH) -> Results:
-    """The stored results, ``{"format": 2, "sections": {...}}``. A file written before sections
-    existed keeps its closed-loop and Redis runs as two sections (its open-loop runs, at another
-    offered rate than today's, are dropped)."""
-    if not path.exists():
-        return {"format": FORMAT, "sections": {}}
-    raw: Results = json.loads(path.read_text())
-    if raw.get("format") == FORMAT:
-        return raw
-    sections: dict[str, Section] = {}
-    for name in ("closed", "redis"):
-        runs = [r for r in raw.get("runs", []) if r["phase"] == name]
-        if runs:
-            sections[name] = {
-                "command": raw["command"],
-                "started_at": raw["started_at"],
-                "finished_at": raw["finished_at"],
-                "machine": raw["machine"],
-                "versions": raw["versions"],
-                "commit": "unknown (before commits were recorded)",
-                "settings": raw["settings"],
-                "runs": runs,
-            }
-    return {"format": FORMAT, "sections": sections}
+def load(directory: Path = SECTIONS_DIR) -> Results:
+    """Every committed section, ``{"sections": {name: section}}``."""
+    found = {path.stem: json.loads(path.read_text()) for path in sorted(directory.glob("*.json"))}
+    return {"sections": found}
 
 
-def put(results: Results, name: str, data: Section) -> None:
-    results["sections"][name] = data
-
-
-def save(results: Results, path: Path = RESULTS_PATH) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def save(name: str, data: Section, directory: Path = SECTIONS_DIR) -> Path:
+    """Write one section's file (and no other)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(results, indent=2) + "\n")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
     tmp.replace(path)
+    return path
 
 
-def runs_of(results: Results, name: str) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = results["sections"].get(name, {}).get("runs", [])
+def commit_label(data: Section) -> str:
+    """``abc1234``, or ``abc1234 dirty (2 modified, 0 untracked files)``."""
+    return data["commit"] if data.get("clean") else f"{data['commit']} dirty ({data['changes']})"
+
+
+def runs_of(results: Results, name: str) -> list[Run]:
+    got: list[Run] = results["sections"].get(name, {}).get("runs", [])
     return got

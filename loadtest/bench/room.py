@@ -1,9 +1,9 @@
-"""``python -m loadtest.bench.room``: the waiting room's joins/s and polls/s of one gateway
-process, side by side with the sold-out path in the same run (issue 16).
+"""The ``room`` section: the waiting room's joins/s and polls/s of one gateway process, side by
+side with the sold-out path in the same run.
 
-One gateway pinned to core 0 (``--server-core``), wrk pinned to core 1 (``--client-core``),
-closed loop, ``--connections`` connections, rounds of ``--seconds`` alternating the three
-paths ``--repeats`` times:
+One gateway pinned to the server core, wrk pinned to the load core, closed loop,
+``--room-connections`` connections, rounds of ``--room-seconds`` alternating the three paths
+``--repeats`` times:
 
 - sold out: ``POST /items/{id}/purchase`` of a sold-out item (the front's flag, no I/O);
 - poll: ``GET /sales/{id}/queue`` with one placed, waiting ticket (HMAC check, local
@@ -12,27 +12,32 @@ paths ``--repeats`` times:
   slot).
 
 The per-buyer and per-address buckets are lifted: this measures the path, not the limits.
-Prints a Markdown table: medians over the repeats of requests/s and of the gateway's own CPU
-time per request (read from /proc around each round: the robust figure on a shared machine),
-each ÷ the sold-out path's."""
+bench.md gets medians over the repeats of requests/s and of the gateway's own CPU time per
+request (read from /proc around each round: the robust figure on a shared machine), each ÷ the
+sold-out path's."""
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
+from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
-from kernel.settings import Settings, settings
+from kernel.settings import Settings
+from loadtest.bench import results as store
 from loadtest.bench import servers
+from loadtest.bench.context import Context
+from loadtest.bench.harness import Measured
+from loadtest.bench.report import fmt
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
+from loadtest.measure import cpu
 from rig.admin import NewItem, new_sale
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
@@ -84,75 +89,73 @@ def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
     return f"{base}/api/flash-sales/items/{item}/purchase", queue, {"X-Queue-Ticket": ticket}, queue
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=5.0)
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--connections", type=int, default=64)
-    parser.add_argument("--server-core", default="0")
-    parser.add_argument("--client-core", default="1")
-    opts = parser.parse_args()
-    cfg = settings()
+@dataclass(frozen=True)
+class RoomOptions:
+    seconds: float = field(default=5.0, metadata={"help": "seconds per round"})
+    connections: int = field(default=64, metadata={"help": "wrk connections"})
+
+
+PATHS = ("sold out", "poll", "join")
+
+
+def measure(ctx: Context, opts: RoomOptions, rec: store.Recorder) -> dict[str, Any]:
+    cfg, o = ctx.cfg, ctx.opts
     port = free_port(set(), BENCH_PORTS)
     base = f"http://127.0.0.1:{port}"
     env = settings_env(gateway_port=port, **_LIFTED)
-    rates: dict[str, list[float]] = {"sold out": [], "poll": [], "join": []}
-    p99: dict[str, list[float]] = {k: [] for k in rates}
-    cpu: dict[str, list[float]] = {k: [] for k in rates}
-    with tempfile.TemporaryDirectory() as work:
-        log_dir = Path(work)
-        ready = servers.http_ready(f"{base}/readyz", 200)
-        argv = servers.gateway_argv(port)
-        with servers.running("room-gateway", argv, ready, log_dir, opts.server_core, env) as gw:
-            sold_out, poll_url, ticket, join_url = _setup(base, cfg)
-            buyers = tokens.BuyerIds()
-            for _ in range(opts.repeats):
-                token_file = tokens.write(cfg, log_dir / "join.tokens", buyers.take(200_000))
-                loads: dict[str, Callable[[], wrk.WrkResult]] = {
-                    "sold out": lambda: wrk.run(
-                        sold_out, opts.seconds, opts.connections, opts.client_core
-                    ),
-                    "poll": lambda: wrk.run(
-                        poll_url,
-                        opts.seconds,
-                        opts.connections,
-                        opts.client_core,
-                        get_headers=ticket,
-                    ),
-                    "join": lambda: wrk.run(
-                        join_url,
-                        opts.seconds,
-                        opts.connections,
-                        opts.client_core,
-                        tokens=(token_file, 0, 200_000),  # noqa: B023 - called in this pass
-                    ),
-                }
-                for name, load in loads.items():
+    ready = servers.http_ready(f"{base}/readyz", 200)
+    argv = servers.gateway_argv(port)
+    with servers.running("room-gateway", argv, ready, ctx.log_dir, o.server_core, env) as gw:
+        sold_out, poll_url, ticket, join_url = _setup(base, cfg)
+        buyers = tokens.BuyerIds()
+        for r in range(ctx.args.repeats):
+            token_file = tokens.write(cfg, ctx.workdir / "join.tokens", buyers.take(200_000))
+            loads: dict[str, Callable[[], wrk.WrkResult]] = {
+                "sold out": lambda: wrk.run(sold_out, opts.seconds, opts.connections, o.load_core),
+                "poll": lambda: wrk.run(
+                    poll_url, opts.seconds, opts.connections, o.load_core, get_headers=ticket
+                ),
+                "join": lambda: wrk.run(
+                    join_url, opts.seconds, opts.connections, o.load_core,
+                    tokens=(token_file, 0, 200_000),  # noqa: B023 - called in this pass
+                ),
+            }  # fmt: skip
+            for name in store.rotate(PATHS, r):
+
+                def one(load: Callable[[], wrk.WrkResult] = loads[name]) -> Measured:
                     # The gateway's own CPU per request: what a path costs, whatever else
                     # runs on this shared machine (its throughput varies with that).
-                    cpu_before = servers.cpu_seconds(gw.pid)
-                    result = load()
-                    cpu_us = (servers.cpu_seconds(gw.pid) - cpu_before) / result.requests * 1e6
-                    rates[name].append(result.rps)
-                    p99[name].append(result.p99_ms)
-                    cpu[name].append(cpu_us)
-                    print(
-                        f"{name:9} {result.rps:9.0f}/s {cpu_us:7.1f} µs CPU/request "
-                        f"p99 {result.p99_ms:7.2f} ms non-2xx {result.non_2xx} "
-                        f"errors {result.socket_errors}",
-                        flush=True,
+                    with cpu.used(gw.pid) as use:
+                        result = load()
+                    problems = [f"{result.socket_errors} socket errors"] * bool(
+                        result.socket_errors
                     )
-    base_rate, base_cpu = statistics.median(rates["sold out"]), statistics.median(cpu["sold out"])
-    print("\n| path | requests/s | ÷ sold out | gateway CPU µs/request | ÷ sold out | p99 ms |")
-    print("|---|---|---|---|---|---|")
-    for name in rates:
-        rate, tail = statistics.median(rates[name]), statistics.median(p99[name])
-        used = statistics.median(cpu[name])
-        print(
-            f"| {name} | {rate:,.0f} | {rate / base_rate:.2f} | {used:.0f} | "
-            f"{used / base_cpu:.2f} | {tail:.1f} |"
-        )
+                    return {**result.as_dict(), **use.figures(result.requests)}, problems
+
+                rec.step(f"{name} #{r + 1}", ("room", name, r), one, _brief)
+    return {**dataclasses.asdict(opts), "repeats": ctx.args.repeats, "core": o.server_core}
 
 
-if __name__ == "__main__":
-    main()
+def _brief(m: dict[str, Any]) -> str:
+    return f"{m['rps']:,.0f}/s, {m['cpu_us_per_req']:.1f} µs CPU/request, p99 {m['p99_ms']:.2f} ms"
+
+
+def render(data: store.Section) -> list[str]:
+    runs = [r for r in data["runs"] if r["metrics"]]
+
+    def med(name: str, key: str) -> float:
+        return statistics.median(r["metrics"][key] for r in runs if r["subject"] == name) or 0.0
+
+    base_rate, base_cpu = med("sold out", "rps"), med("sold out", "cpu_us_per_req")
+    rows = [
+        [
+            name, fmt.rate(med(name, "rps")), f"{med(name, 'rps') / base_rate:.2f}",
+            f"{med(name, 'cpu_us_per_req'):.0f}", f"{med(name, 'cpu_us_per_req') / base_cpu:.2f}",
+            f"{med(name, 'p99_ms'):.1f}",
+        ]
+        for name in PATHS
+        if any(r["subject"] == name for r in runs)
+    ]  # fmt: skip
+    head = ["path", "requests/s", "÷ sold out", "gateway CPU µs/request", "÷ sold out", "p99 ms"]
+    out = ["## The waiting room: joins and polls beside the sold-out path", ""]
+    return [*out, *fmt.provenance(data), *fmt.table(head, rows)]

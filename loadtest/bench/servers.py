@@ -3,7 +3,6 @@ stopped, with everything it forked, when the ``with`` block ends, also on Ctrl-C
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -13,15 +12,11 @@ from pathlib import Path
 
 from flashsale.stack.processes import http_ready, process_group, wait_ready
 from loadtest.constants import BASELINES_DIR, NGINX_LISTEN
+from loadtest.measure.child import pinned
 
 __all__ = ["http_ready", "pinned", "running"]
 
 READY_TIMEOUT_S = 60.0
-
-
-def pinned(core: int | str, argv: list[str]) -> list[str]:
-    """``argv`` run on ``core`` (a core number, or a ``taskset`` list such as ``"0,1"``)."""
-    return ["taskset", "-c", str(core), *argv]
 
 
 @contextmanager
@@ -38,21 +33,6 @@ def running(
     with process_group(pinned(core, argv), log=log, env=env) as proc:
         wait_ready(proc, ready, READY_TIMEOUT_S, name, log)
         yield proc
-
-
-def cpu_seconds(session: int) -> float:
-    """User + system CPU time so far of every process in ``session`` (a server and its workers,
-    all threads included), from /proc."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process exited while we looked
-        if int(fields[3]) == session:  # field 6 of stat: the session id
-            total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-    return total / tick
 
 
 def gateway_argv(port: int, workers: int = 1) -> list[str]:

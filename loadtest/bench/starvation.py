@@ -1,35 +1,34 @@
-"""``python -m loadtest.bench.starvation``: a steady open-loop purchase load on one gateway
+"""The ``starvation`` section: a steady open-loop purchase load on one gateway
 process, without and then with a connection-starvation attack (rig/attack.py: silent
 and slowloris sockets, each reopened as soon as the entry point closes it), side by side.
 
-Both go to the entry point production uses (``--entry balancer``, the default): haproxy with
-the fleet's configuration in front of the gateway (loadtest/bench/overload.py's ``entry``), so
-the attack meets haproxy's timeouts; ``--entry gateway`` attacks the process itself. The gateway
-and haproxy run on core 0; the load, the attacker and the stack on core 1. Prints a Markdown
-table: the purchase latency of the same load with and without the attack, and what the
-attacker saw (sockets opened, closed by the gateway, how long they lived).
+Both go to the entry point production uses (``--starvation-entry balancer``, the default): haproxy
+with the fleet's configuration in front of the gateway (loadtest/bench/overload.py's ``entry``), so
+the attack meets haproxy's timeouts; ``--starvation-entry gateway`` attacks the process itself. The
+gateway and haproxy run on core 0; the load, the attacker and the stack on core 1. bench.md gets a
+table: the purchase latency of the same load with and without the attack, and what the attacker saw
+(sockets opened, closed by the gateway, how long they lived).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import dataclasses
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 from flashsale.fleet.haproxy import Edge
 from kernel.fd_limit import raise_open_files_limit
-from kernel.settings import settings
-from loadtest.bench.harness import Harness, Options
+from loadtest.bench import results as store
+from loadtest.bench.context import Context
+from loadtest.bench.harness import Harness
 from loadtest.bench.overload import entry, peak_rss_mb, rss_cell
+from loadtest.bench.report import fmt
 from loadtest.bench.servers import pinned
-from loadtest.constants import REPORTS_DIR
 from loadtest.generators import openloop, tokens
+from loadtest.measure import child
 from rig import attack
 
 SETTLE_S = 4.0  # the attack's sockets all open, the first ones already closed and reopened
@@ -67,7 +66,9 @@ def run(
             result["balancer_rss_mb"] = peak_rss_mb(balancer.pid) if balancer else None
             if attacker is not None:
                 out, _ = attacker.communicate(timeout=seconds + 60)
-                result["attack"] = json.loads(out.split(attack.SUMMARY_PREFIX, 1)[1])
+                result["attack"] = child.result_line(
+                    out.splitlines(), attack.SUMMARY_PREFIX, "rig.attack"
+                )
         finally:
             if attacker is not None:
                 attacker.kill()
@@ -76,7 +77,7 @@ def run(
     return result
 
 
-def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> str:
+def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
     lines = [
         f"| reserve load {rate:,.0f}/s | answered/s | p50 ms | p99 ms | p99.9 ms | max ms "
         "| statuses | peak RSS MB (gateway / haproxy) "
@@ -94,48 +95,48 @@ def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> str:
             f"| {r['p999_ms']:.1f} | {r['max_ms']:.1f} | {r['statuses']} "
             f"| {rss} | {opened} | {lived} |"
         )
-    return "\n".join(lines)
+    return [*lines, ""]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m loadtest.bench.starvation", description=__doc__)
-    p.add_argument("--rate", type=float, default=1000.0, help="purchases per second")
-    p.add_argument("--seconds", type=float, default=10.0)
-    p.add_argument("--silent", type=int, default=10_000)
-    p.add_argument("--slowloris", type=int, default=1_000)
-    p.add_argument(
-        "--entry", choices=("balancer", "gateway"), default="balancer",
-        help="haproxy in front of the gateway (production's entry point) or the gateway itself",
-    )  # fmt: skip
-    args = p.parse_args(argv)
-    edge = Edge.of(settings()) if args.entry == "balancer" else None
+@dataclass(frozen=True)
+class StarvationOptions:
+    rate: float = field(default=1000.0, metadata={"help": "purchases per second"})
+    seconds: float = field(default=10.0, metadata={"help": "measured seconds per run"})
+    silent: int = field(default=10_000, metadata={"help": "silent attack sockets"})
+    slowloris: int = field(default=1_000, metadata={"help": "slowloris attack sockets"})
+    entry: str = field(default="balancer", metadata={"help": "balancer (haproxy) or gateway"})
+
+    def __post_init__(self) -> None:
+        if self.entry not in ("balancer", "gateway"):
+            raise ValueError("--starvation-entry: balancer or gateway")
+
+
+def measure(ctx: Context, args: StarvationOptions, rec: store.Recorder) -> dict[str, Any]:
+    edge = Edge.of(ctx.cfg) if args.entry == "balancer" else None
     raise_open_files_limit(args.silent + args.slowloris + 1024)
-    cfg = settings()
-    tokens.check(cfg)
-    opts = Options(
-        duration_s=args.seconds, warmup_s=1.0, soldout_connections=64, reserve_connections=256,
-        open_connections=256, open_warmup_s=1.0, redis_clients=50, redis_calls={},
-    )  # fmt: skip
-    log_dir = REPORTS_DIR / "logs"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="starvation-") as workdir:
-        h = Harness(cfg, opts, Path(workdir), log_dir)
-        try:
-            h.set_up_sale()
-            rows = [
-                ("without the attack", run(h, args.rate, args.seconds, 0, 0, edge)),
-                (
-                    f"with {args.silent:,} silent + {args.slowloris:,} slowloris sockets",
-                    run(h, args.rate, args.seconds, args.silent, args.slowloris, edge),
-                ),
-            ]
-        finally:
-            h.close()
-    (REPORTS_DIR / "starvation.json").write_text(json.dumps(rows, indent=1))
-    base, attacked = rows[0][1]["p99_ms"], rows[1][1]["p99_ms"]
-    print(table(args.rate, rows))
-    print(f"\npurchase p99 with the attack ÷ without: {attacked / base:.2f}×")
+    h = ctx.own_harness("starvation", duration_s=args.seconds, warmup_s=1.0, open_connections=256)
+    attacked = f"with {args.silent:,} silent + {args.slowloris:,} slowloris sockets"
+    try:
+        h.set_up_sale()
+        for i, (name, silent, slow) in enumerate(
+            (("without the attack", 0, 0), (attacked, args.silent, args.slowloris))
+        ):
+            rec.step(
+                name,
+                ("starvation", name, i),
+                lambda s=silent, w=slow: (run(h, args.rate, args.seconds, s, w, edge), []),  # type: ignore[misc]
+                lambda m: f"p99 {m['p99_ms']:.1f} ms, {m['achieved_rps']:,.0f}/s",
+            )
+    finally:
+        h.close()
+    return {**dataclasses.asdict(args), "repeats": 1}
 
 
-if __name__ == "__main__":
-    main()
+def render(data: store.Section) -> list[str]:
+    rows = [(r["subject"], r["metrics"]) for r in data["runs"] if r["metrics"]]
+    out = ["## Connection starvation: the same load with and without an attack", ""]
+    out += [*fmt.provenance(data), *table(data["settings"]["rate"], rows)]
+    if len(rows) == 2:
+        base, attacked = rows[0][1]["p99_ms"], rows[1][1]["p99_ms"]
+        out += [f"Purchase p99 with the attack ÷ without: {attacked / base:.2f}×.", ""]
+    return out

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from collections import Counter
@@ -26,9 +25,10 @@ import asyncpg
 import uvloop
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 
-from kernel.settings import PROJECT_ROOT, Settings, settings
-from loadtest.bench import guards, servers
+from kernel.settings import Settings, settings
+from loadtest.bench import guards
 from loadtest.bench.results import Recorder, rotate
+from loadtest.measure import child, latency
 
 NAMES = (
     "pg_conditional",
@@ -42,10 +42,7 @@ BASELINE = "pg_conditional"
 CLIENTS = (1, 8, 64)
 UNITS = 100
 ATTEMPTS = 5000
-
-
-def _percentile(ordered: Sequence[float], p: float) -> float:
-    return ordered[min(len(ordered) - 1, int(len(ordered) * p / 100))] if ordered else 0.0
+PREFIX = "TECHNIQUES_JSON "
 
 
 def _guard(name: str, pool: asyncpg.Pool, redis: RedisCluster) -> guards.Guard:
@@ -88,7 +85,7 @@ async def trial(
     finally:
         await guard.cleanup()
         await pool.close()
-    latencies.sort()
+    found = latency.of_seconds(latencies)
     metrics: dict[str, Any] = {
         "clients": clients,
         "attempts": attempts,
@@ -99,9 +96,9 @@ async def trial(
         "retries": retries,
         "elapsed_s": elapsed,
         "decisions_per_s": attempts / elapsed,
-        "p50_ms": _percentile(latencies, 50) * 1000,
-        "p99_ms": _percentile(latencies, 99) * 1000,
-        "max_ms": latencies[-1] * 1000 if latencies else 0.0,
+        "p50_ms": found.ms(50),
+        "p99_ms": found.ms(99),
+        "max_ms": found.max_ms(),
         "client_cpu_busy": cpu / elapsed if elapsed else 0.0,
         "sold_in_store": sold,
         "oversold": max(0, sold - units, outcomes[guards.WON] - units),
@@ -176,24 +173,16 @@ def run(
     for r in range(repeats):
         names = rotate(NAMES, r)
         print(f"[techniques] repeat {r + 1}/{repeats}", flush=True)
-        done = subprocess.run(
-            servers.pinned(core, argv(names, clients, attempts, units)),
-            cwd=PROJECT_ROOT,
-            stdout=subprocess.PIPE,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-        trials = [
-            json.loads(line[len("TECHNIQUES_JSON ") :])
-            for line in done.stdout.splitlines()
-            if line.startswith("TECHNIQUES_JSON ")
-        ]
-        if not trials:
+        try:
+            done = child.run(
+                argv(names, clients, attempts, units), PREFIX, what="techniques",
+                timeout_s=3600, core=core,
+            )  # fmt: skip
+        except RuntimeError as exc:
             for name in names:
-                rec.record(f"clients={clients[0]}", name, r, {}, [f"exit {done.returncode}"])
+                rec.record(f"clients={clients[0]}", name, r, {}, [str(exc)[:300]])
             continue
-        for t in trials[0]:
+        for t in done.result:
             scenario, name = f"clients={t['clients']}", t.pop("technique")
             if "error" in t:
                 rec.record(scenario, name, r, {}, [f"run failed: {t['error']}"])
@@ -227,7 +216,7 @@ def main(args: Sequence[str] | None = None) -> None:
         parser.error(f"unknown techniques {sorted(unknown)}; known: {', '.join(NAMES)}")
     clients = [int(c) for c in parsed.clients.split(",") if c]
     trials = uvloop.run(run_all(settings(), names, clients, parsed.attempts, parsed.units))
-    print("TECHNIQUES_JSON " + json.dumps(trials))
+    print(PREFIX + json.dumps(trials))
 
 
 if __name__ == "__main__":

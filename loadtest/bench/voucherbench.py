@@ -6,14 +6,13 @@ repeat. Its last stdout line is JSON with at least ``flash_rps``, ``ordinary_rps
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 from typing import Any
 
-from kernel.settings import PROJECT_ROOT
+from loadtest.bench import voucher_load
 from loadtest.bench.results import Recorder
+from loadtest.measure import child
 
 MODULE = "loadtest.bench.voucher_load"
 TIMEOUT_S = 1200
@@ -21,18 +20,8 @@ KINDS = ("flash", "ordinary")
 
 
 def measure() -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", MODULE],
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    lines = [line for line in done.stdout.splitlines() if line.strip().startswith("{")]
-    if done.returncode != 0 or not lines:
-        raise RuntimeError(f"{MODULE} exit {done.returncode}: {done.stderr[-400:]}")
-    report: dict[str, Any] = json.loads(lines[-1])
+    argv = [sys.executable, "-m", MODULE]
+    report = child.summary(argv, voucher_load.RESULT_PREFIX, what=MODULE, timeout_s=TIMEOUT_S)
     for key in ("flash_rps", "ordinary_rps", "ratio"):
         if key not in report:
             raise RuntimeError(f"{MODULE} printed no {key!r}")

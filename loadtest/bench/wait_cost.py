@@ -1,28 +1,34 @@
-"""``python -m loadtest.bench.wait_cost``: what confirming every reservation on the replica costs.
+"""The ``wait_cost`` section: what confirming every reservation on the replica costs.
 
 The router's ``reserve`` called by many concurrent coroutines (one process, uvloop, as a gateway
 worker runs it), every call a new buyer on a shard with stock (the write path: DECR + 3 HSET), in
 rounds that alternate WAIT on (``redis_wait_replicas=1``) and off (``0``), side by side in the
-same run against the same cluster. Each round reports reservations/s and the p50 / p99 latency
-of a call; the summary gives the median over rounds of each mode, and on/off ratios.
+same run against the same cluster (``--repeats`` rounds per mode). Each round records
+reservations/s and the p50 / p99 latency of a call; bench.md gives the median over rounds of
+each mode, and on/off ratios.
 
 The item's keys are deleted after each round.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import statistics
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import uvloop
 
 from kernel.events import OrderPlaced, encode
-from kernel.settings import Settings, settings
+from kernel.settings import Settings
+from loadtest.bench import results as store
+from loadtest.bench.context import Context
+from loadtest.bench.harness import Measured
+from loadtest.bench.report import fmt
+from loadtest.measure import latency
 from shard_router import Outcome, ShardRouter, shard_keys
 
 _STOCK_PER_SHARD = 100_000_000
@@ -43,7 +49,7 @@ class Round:
 
 
 async def _round(
-    cfg: Settings, wait: bool, concurrency: int, opts: argparse.Namespace, first_user: int
+    cfg: Settings, wait: bool, concurrency: int, opts: WaitOptions, first_user: int
 ) -> Round:
     router = ShardRouter(dataclasses.replace(cfg, redis_wait_replicas=1 if wait else 0))
     await router.start()
@@ -72,63 +78,72 @@ async def _round(
         began = time.perf_counter()
         await asyncio.gather(*(buyer() for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
-        cuts = statistics.quantiles(latencies, n=100)
-        return Round(wait, concurrency, len(latencies), elapsed, cuts[49] * 1000, cuts[98] * 1000)
+        found = latency.of_seconds(latencies)
+        return Round(wait, concurrency, len(latencies), elapsed, found.ms(50), found.ms(99))
     finally:
         for k in range(opts.shards):
             await router.client.delete(*shard_keys(item, k))
         await router.close()
 
 
-def _line(label: str, rounds: list[Round]) -> str:
-    rate = statistics.median(r.per_s for r in rounds)
-    p50 = statistics.median(r.p50_ms for r in rounds)
-    p99 = statistics.median(r.p99_ms for r in rounds)
-    return f"{label:<22} {rate:>12,.0f} {p50:>9.3f} {p99:>9.3f}"
+@dataclass(frozen=True)
+class WaitOptions:
+    concurrency: str = field(default="1,16,256", metadata={"help": "concurrent callers, levels"})
+    seconds: float = field(default=3.0, metadata={"help": "length of one round"})
+    shards: int = field(default=6, metadata={"help": "shards of the item"})
 
 
-async def run(opts: argparse.Namespace) -> None:
-    cfg = settings()
-    levels = [int(c) for c in opts.concurrency.split(",")]
-    rounds: list[Round] = []
+def measure(ctx: Context, opts: WaitOptions, rec: store.Recorder) -> dict[str, Any]:
+    levels = [int(c) for c in opts.concurrency.split(",") if c]
     # on, off, off, on, on, off...: neither mode always runs first (a warmer cluster, a busier
     # moment of the machine).
     modes = [
-        w for p in range(opts.rounds) for w in ((True, False) if p % 2 == 0 else (False, True))
+        w for p in range(ctx.args.repeats) for w in ((True, False) if p % 2 == 0 else (False, True))
     ]
     for concurrency in levels:
-        for wait in modes:
-            r = await _round(cfg, wait, concurrency, opts, first_user=(len(rounds) + 1) * 10**9)
-            rounds.append(r)
-            print(
-                f"{concurrency:>4} callers, WAIT {'on ' if wait else 'off'}: {r.per_s:>10,.0f}"
-                f" reservations/s  p50 {r.p50_ms:.3f} ms  p99 {r.p99_ms:.3f} ms",
-                flush=True,
-            )
-    print(
-        f"\n{opts.shards} shards, {opts.seconds:g} s rounds, median of {opts.rounds} rounds per"
-        f" mode; WAIT {cfg.redis_wait_timeout_ms} ms timeout"
-    )
-    print(f"{'':<22} {'reserve/s':>12} {'p50 ms':>9} {'p99 ms':>9}")
-    for concurrency in levels:
-        on = [r for r in rounds if r.wait and r.concurrency == concurrency]
-        off = [r for r in rounds if not r.wait and r.concurrency == concurrency]
-        print(_line(f"{concurrency} callers, WAIT on", on))
-        print(_line(f"{concurrency} callers, WAIT off", off))
-        ratio = statistics.median(r.per_s for r in on) / statistics.median(r.per_s for r in off)
-        print(f"{'':<22} with WAIT: {ratio:.2f} x the throughput")
+        for i, wait in enumerate(modes):
+            first = (len(rec.runs) + 1) * 10**9
+
+            def one(w: bool = wait, c: int = concurrency, u: int = first) -> Measured:
+                r = uvloop.run(_round(ctx.cfg, w, c, opts, first_user=u))
+                return {**dataclasses.asdict(r), "per_s": r.per_s}, []
+
+            where = (f"callers={concurrency}", "on" if wait else "off", i // 2)
+            rec.step(f"{concurrency} callers, WAIT {where[1]}", where, one, _brief)
+    about = dataclasses.asdict(opts)
+    return {**about, "repeats": ctx.args.repeats, "wait_timeout_ms": ctx.cfg.redis_wait_timeout_ms}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--concurrency", default="1,16,256", help="concurrent callers, one level or several (1,16)"
-    )
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per mode")
-    parser.add_argument("--shards", type=int, default=6, help="shards of the item")
-    uvloop.run(run(parser.parse_args()))
+def _brief(m: dict[str, Any]) -> str:
+    return f"{m['per_s']:,.0f} reservations/s, p50 {m['p50_ms']:.3f} ms, p99 {m['p99_ms']:.3f} ms"
 
 
-if __name__ == "__main__":
-    main()
+def render(data: store.Section) -> list[str]:
+    s, runs = data["settings"], [r for r in data["runs"] if r["metrics"]]
+
+    def med(scenario: str, mode: str, key: str) -> float:
+        found = [
+            r["metrics"][key] for r in runs if (r["scenario"], r["subject"]) == (scenario, mode)
+        ]
+        return statistics.median(found) if found else 0.0
+
+    rows = []
+    for scenario in sorted({r["scenario"] for r in runs}, key=lambda c: int(c.split("=")[1])):
+        on, off = med(scenario, "on", "per_s"), med(scenario, "off", "per_s")
+        rows.append([
+            scenario.split("=")[1], fmt.rate(on), fmt.rate(off), f"{on / off:.2f}" if off else "—",
+            f"{fmt.ms(med(scenario, 'on', 'p50_ms'))} / {fmt.ms(med(scenario, 'off', 'p50_ms'))}",
+            f"{fmt.ms(med(scenario, 'on', 'p99_ms'))} / {fmt.ms(med(scenario, 'off', 'p99_ms'))}",
+        ])  # fmt: skip
+    head = ["callers", "WAIT on, reservations/s", "WAIT off", "on ÷ off", "p50 on / off, ms",
+            "p99 on / off, ms"]  # fmt: skip
+    return [
+        "## Cost of waiting for the replica (WAIT) on the reserve path",
+        "",
+        *fmt.provenance(data),
+        f"The router's reserve from N concurrent callers, {s['shards']} shards, {s['seconds']:g} s"
+        " rounds, WAIT on and off alternated in the same run, median of the rounds of each mode;"
+        f" WAIT timeout {s['wait_timeout_ms']} ms.",
+        "",
+        *fmt.table(head, rows),
+    ]

@@ -36,6 +36,9 @@ SHARDS = 4
 HOUR_MS = 3_600_000
 
 
+RESULT_PREFIX = "WRITER_JSON "
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     batch_size: int
@@ -142,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="1,100,1000")
     parser.add_argument("--orders", type=int, default=20000)
     parser.add_argument("--orders-at-1", type=int, default=2000)
-    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--json", action="store_true", help=f"print one {RESULT_PREFIX}line")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
     if not sizes or min(sizes) < 1 or args.orders < 1:
@@ -157,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
             "batch_ms": cfg.writer_batch_ms,
             "results": [dataclasses.asdict(r) for r in results],
         }
-        print(json.dumps(report, indent=2))
+        print(RESULT_PREFIX + json.dumps(report))
     else:
         print(_table(results))
     return 0

@@ -5,15 +5,14 @@ writer's event loop and the benchmark's never share a process). The batch of 1 i
 
 from __future__ import annotations
 
-import json
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from kernel.settings import PROJECT_ROOT
+from loadtest.bench import writer_load
 from loadtest.bench.results import Recorder, rotate
+from loadtest.measure import child
 
 BATCH_SIZES = (1, 100, 1000)
 TIMEOUT_S = 1800
@@ -40,18 +39,8 @@ def command(orders: int, orders_at_1: int) -> str:
 
 
 def measure(batch_sizes: Sequence[int], orders: int, orders_at_1: int) -> dict[str, Any]:
-    done = subprocess.run(
-        argv(batch_sizes, orders, orders_at_1),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"writer.bench exit {done.returncode}: {done.stderr[-500:]}")
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    shown = argv(batch_sizes, orders, orders_at_1)
+    return child.summary(shown, writer_load.RESULT_PREFIX, what="writer_load", timeout_s=TIMEOUT_S)
 
 
 def run(rec: Recorder, repeats: int, orders: int, orders_at_1: int) -> dict[str, Any]:

@@ -127,7 +127,7 @@ def balancer(s: Sizing) -> list[Doc]:
     sized = (
         f"{s.balancer_cores} cores (the planner's balancer tier)"
         if s.balancer_cores
-        else "not sized: the balancer's costs were never measured (loadtest.bench.balancer)"
+        else "not sized: no committed balancer result (python -m loadtest.bench --only balancer)"
     )
     annotations = {
         PLANNED + "balancer-cores": sized,

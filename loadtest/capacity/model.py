@@ -23,12 +23,12 @@ be tested on its own (``tests/loadtest/test_planner.py``) and read in one sittin
    partition at most).
 5. Load generators. Workers = ceil(rps ÷ (one worker's measured req/s × headroom)), each on a
    core of its own, plus one master.
-6. Balancer tier (when measured: ``python -m loadtest.bench.balancer``). The balancer answers
+6. Balancer tier (when measured: ``python -m loadtest.bench --only balancer``). The balancer answers
    every sold-out request from its map, at ``answer_us`` of its CPU each, and forwards the rest
    at ``forward_us`` each; balancer cores = ceil(that ÷ headroom). The gateways then see only
    the reserve path: gateway cores busy = reserve req/s × ``reserve_us``, at the utilisation
    whose predicted p99 of the mix (the balancer's own 410 latency for the sold-out share) meets
-   the target, or at the headroom, the p99 not checked, when that latency was not measured
+   the target, or at the headroom, the p99 not checked, when no usable latency was committed
    (or only with a generator that lagged). The edge is both together; step 2 is the fleet
    without a balancer tier.
    Redis, writers and load generators are as above; a figure never measured is said so.
@@ -327,7 +327,7 @@ def plan(target: Target, f: Figures) -> Fleet:
 def _not_measured(fl: Fleet, part: str, label: str, section: str) -> None:
     fl.missing.append(part)
     fl.reasons.append(
-        f"{label}: not measured (`.venv/bin/python -m loadtest.bench --only {section}`)"
+        f"{label}: no committed result (`.venv/bin/python -m loadtest.bench --only {section}`)"
     )
 
 

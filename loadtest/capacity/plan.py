@@ -1,11 +1,12 @@
 """``python -m loadtest.capacity.plan``: the fleet for a target, from the figures of the last
-benchmark run (``loadtest/reports/bench-results.json``), with the reasoning line by line. The
+benchmark run (``loadtest/reports/sections/*.json``), with the reasoning line by line. The
 model is ``loadtest.capacity.model``; bench.md checks it against measured points.
 
 The gateway's costs come from the ``closed`` and ``open`` sections (``python -m loadtest.bench``)
-or, where those were never run, from the ``balancer`` section (``python -m
-loadtest.bench.balancer``), which also gives the balancer tier's costs. Redis, writer and
-load-generator figures are optional: a part never measured is said so, not guessed.
+or, where those were never run, from the ``balancer`` section (``python -m loadtest.bench
+--only balancer``), which also gives the balancer tier's costs. Redis, writer and
+load-generator figures are needed too: where no committed section holds a figure, the planner
+names the section and the command that measures it and exits non-zero; it guesses nothing.
 
     .venv/bin/python -m loadtest.capacity.plan --rps 500000 --sold-out-share 0.98 --stock 10000 \\
         --items 1 --p99-ms 100
@@ -17,7 +18,7 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from loadtest.bench import results as store
 from loadtest.bench.stats import figure, select
@@ -33,11 +34,19 @@ from loadtest.capacity.model import (
     plan,
 )
 
+T = TypeVar("T")
 DEFAULT_TARGET = Target(rps=500_000, sold_out_share=0.98, stock=10_000, items=1, p99_ms=100)
 
 
 class MissingFigure(LookupError):
-    """A figure the model needs was never measured: run the named section first."""
+    """Figures the model needs are in no committed section: the message names each, its
+    section, and the one command that measures them all."""
+
+    def __init__(self, lacking: Sequence[tuple[str, str]]) -> None:
+        self.sections = list(dict.fromkeys(section for _, section in lacking))
+        self.command = f".venv/bin/python -m loadtest.bench --only {','.join(self.sections)}"
+        listed = "; ".join(f"{what} (section {section})" for what, section in lacking)
+        super().__init__(f"no committed result for {listed}: run `{self.command}`")
 
 
 def _median(
@@ -48,9 +57,7 @@ def _median(
         select([r for r in runs if not r["problems"]], section, scenario, subject), metric
     )
     if found is None:
-        raise MissingFigure(
-            f"no {what} measured: run `.venv/bin/python -m loadtest.bench --only {section}`"
-        )
+        raise MissingFigure([(what, section)])
     date = res["sections"][section]["started_at"][:10]
     runs_word = "run" if found.count == 1 else "runs"
     return Measured(found.median, f"{what}, median of {found.count} {runs_word}, {date}")
@@ -117,50 +124,74 @@ def loadgen(res: store.Results) -> Measured | None:
     return None if found is None else Measured(found.value, found.source + ", against nginx")
 
 
-# The balancer runner's section (loadtest/bench/balancer.py): its scenario names.
+# The balancer section's scenario names (loadtest/bench/balancer.py).
 BALANCER = "balancer"
 
 
 def figures(res: store.Results) -> Figures:
-    """The model's inputs from the stored results; ``MissingFigure`` names what is missing."""
+    """The model's inputs from the committed results, every one of them: ``MissingFigure``
+    names each that no committed section holds (nothing is guessed, no part left unsized)."""
+    lacking: list[tuple[str, str]] = []
+
+    def need(found: T | None, what: str, section: str) -> T | None:
+        if found is None:
+            lacking.append((what, section))
+        return found
+
+    def first(*where: tuple[str, str, str, str], what: str) -> Measured | None:
+        try:
+            return _first(res, *where, what=what)
+        except MissingFigure as exc:
+            lacking.append((what, exc.sections[0]))
+            return None
+
     soldout, reserve = _open_loop(res, "sold_out"), _open_loop(res, "reserve")
     if not soldout.latency:
         soldout = _open_loop(res, "open", BALANCER, label="sold_out")
     if not reserve.latency:
         reserve = _open_loop(res, "reserve-open", BALANCER, label="reserve")
+    need(soldout.latency or None, "the sold-out path's open-loop latency", "open")
+    need(reserve.latency or None, "the reserve path's open-loop latency", "open")
     measured = sorted({*soldout.latency, *reserve.latency})
     source = "gateway open loop at " + "/".join(f"{f:.0%}" for f in measured) + " of its maximum"
     lagged = soldout.generator_lagged + reserve.generator_lagged
     if lagged:
         source += "; the generator lagged at " + ", ".join(lagged)
-    redis_ops = None
-    for name in sorted({r["subject"] for r in store.runs_of(res, "redis")}):
-        if name.endswith("(stack)|16"):
-            redis_ops = _median(
-                res, "redis", "redis", name, "ops_per_s", "EVALSHA -P 16 on a stack primary"
-            )
+    names = {r["subject"] for r in store.runs_of(res, "redis")}
+    stack = sorted(n for n in names if n.endswith("(stack)|16"))
+    what = "EVALSHA -P 16 on a stack primary"
+    redis_ops = need(
+        _optional(res, "redis", "redis", stack[-1], "ops_per_s", what) if stack else None,
+        what,
+        "redis",
+    )
+    soldout_us = first(
+        ("closed", "sold_out", "gateway", "cpu_us_per_req"),
+        (BALANCER, "closed", "gateway", "cpu_us_per_req"),
+        what="gateway CPU µs per sold-out",
+    )
+    reserve_us = first(
+        ("closed", "reserve", "gateway", "cpu_us_per_req"),
+        (BALANCER, "reserve", "gateway", "cpu_us_per_req"),
+        what="gateway CPU µs per reserve",
+    )
+    what = "writer orders/s at batch 1,000"
+    writer_rate = need(
+        _optional(res, "writer", "batch", "1000", "orders_per_s", what), what, "writer"
+    )
+    loadgen_rps = need(loadgen(res), "one load-generator worker's req/s", "loadgen")
+    if lacking or soldout_us is None or reserve_us is None:
+        raise MissingFigure(lacking)
     return Figures(
-        soldout_us=_first(
-            res,
-            ("closed", "sold_out", "gateway", "cpu_us_per_req"),
-            (BALANCER, "closed", "gateway", "cpu_us_per_req"),
-            what="gateway CPU µs per sold-out",
-        ),
-        reserve_us=_first(
-            res,
-            ("closed", "reserve", "gateway", "cpu_us_per_req"),
-            (BALANCER, "reserve", "gateway", "cpu_us_per_req"),
-            what="gateway CPU µs per reserve",
-        ),
+        soldout_us=soldout_us,
+        reserve_us=reserve_us,
         soldout_latency=soldout.latency,
         reserve_latency=reserve.latency,
         soldout_us_at=soldout.cpu_us,
         reserve_us_at=reserve.cpu_us,
         redis_ops=redis_ops,
-        writer_rate=_optional(
-            res, "writer", "batch", "1000", "orders_per_s", "writer orders/s at batch 1,000"
-        ),
-        loadgen_rps=loadgen(res),
+        writer_rate=writer_rate,
+        loadgen_rps=loadgen_rps,
         latency_source=source,
         other_loadgen=_optional(
             res, "loadgen", "ceiling", "openloop", "rps", "the open-loop generator"
@@ -175,16 +206,11 @@ def _first(res: store.Results, *where: tuple[str, str, str, str], what: str) -> 
         found = _optional(res, section, scenario, subject, metric, what)
         if found is not None:
             return Measured(found.value, f"{found.source}, `{section}` section")
-    sections = " or ".join(
-        f"--only {s}" if s != BALANCER else "loadtest.bench.balancer" for s, *_ in where
-    )
-    raise MissingFigure(
-        f"no {what} measured: run `.venv/bin/python -m loadtest.bench` ({sections})"
-    )
+    raise MissingFigure([(what, where[0][0])])
 
 
 def balancer(res: store.Results) -> BalancerFigures | None:
-    """The balancer tier's costs, when ``python -m loadtest.bench.balancer`` has run."""
+    """The balancer tier's costs, when ``python -m loadtest.bench --only balancer`` has run."""
     answer = _optional(
         res, BALANCER, "closed", "haproxy_410", "balancer_cpu_us_per_req",
         "haproxy CPU µs per 410 from its map",
@@ -217,7 +243,7 @@ def _optional(
 
 def table(fleet: Fleet, target: Target) -> list[tuple[str, str]]:
     def sized(part: str, value: str) -> str:
-        return "not measured" if part in fleet.missing else value
+        return f"not sized: no committed {part} result" if part in fleet.missing else value
 
     rows = [
         ("gateway processes (= cores)", f"{fleet.gateway_processes:,}"),
@@ -247,7 +273,9 @@ def table(fleet: Fleet, target: Target) -> list[tuple[str, str]]:
 
 
 def _p99(p99: float | None, met: bool) -> str:
-    return "not measured" if p99 is None else f"{p99:.1f} ms ({'met' if met else 'NOT met'})"
+    if p99 is None:
+        return "not checked: no usable open-loop latency (see the reasoning)"
+    return f"{p99:.1f} ms ({'met' if met else 'NOT met'})"
 
 
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -260,7 +288,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--p99-ms", type=float, default=d.p99_ms)
     p.add_argument("--headroom", type=float, default=HEADROOM, help="busiest a core may run")
     p.add_argument("--drain-s", type=float, default=d.drain_s, help="orders stored within (s)")
-    p.add_argument("--results", type=Path, default=store.RESULTS_PATH)
+    p.add_argument(
+        "--results", type=Path, default=store.SECTIONS_DIR, help="the committed section files"
+    )
     p.add_argument(
         "--emit",
         nargs=2,
@@ -291,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     try:
         fig = figures(res)
     except MissingFigure as exc:
-        raise SystemExit(str(exc)) from None
+        raise SystemExit(f"cannot plan from {args.results}: {exc}") from None
     fleet = plan(target, fig)
     print(
         f"target: {target.rps:,.0f} req/s, {target.sold_out_share:.0%} sold-out answers,"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import subprocess
 import sys
 import time
 from collections import Counter, deque
@@ -29,13 +28,11 @@ from typing import Any, cast
 from urllib.parse import urlsplit
 
 import uvloop
-from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
 
 from flashsale import http_retry
-from kernel.settings import PROJECT_ROOT
-from loadtest.bench.servers import pinned
+from loadtest.measure import child
+from loadtest.measure.latency import Latencies
 
-HIGHEST_US = 3_600_000_000
 SUMMARY_PREFIX = "OPENLOOP_JSON "
 SPIN_WINDOW_S = 0.002  # closer than this to the next due time: yield, don't sleep (timers are 1 ms)
 
@@ -107,10 +104,10 @@ class Connection(asyncio.Protocol):
 class OpenLoop:
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
-        self.histogram = HdrHistogram(1, HIGHEST_US, 3)
+        self.histogram = Latencies()
         # How late the generator itself dispatched each request (its loop busy elsewhere): the
         # part of the latencies that is the generator's, not the server's.
-        self.dispatch_lag = HdrHistogram(1, HIGHEST_US, 3)
+        self.dispatch_lag = Latencies()
         self.statuses: Counter[int] = Counter()
         self.connections: list[Connection] = []
         self.idle: list[Connection] = []
@@ -130,7 +127,7 @@ class OpenLoop:
         self.in_flight -= 1
         self.answered_total += 1
         if conn.intended >= self.measure_from:
-            self.histogram.record_value(max(1, int((now - conn.intended) * 1e6)))
+            self.histogram.add_s(now - conn.intended)
             self.statuses[status] += 1
         self._next(conn)
 
@@ -203,7 +200,7 @@ class OpenLoop:
             due = min(total, int((now - self.start) * plan.rate) + 1)
             while sent < due:
                 intended = self.start + sent / plan.rate
-                self.dispatch_lag.record_value(max(1, int((now - intended) * 1e6)))
+                self.dispatch_lag.add_s(now - intended)
                 self._dispatch(intended, self.request(sent))
                 sent += 1
             wait = self.start + sent / plan.rate - time.perf_counter()
@@ -216,7 +213,7 @@ class OpenLoop:
         now = time.perf_counter()
         waiting = [c.intended for c in self.connections if c.busy] + [t for t, _, _ in self.queue]
         for intended in waiting:
-            self.histogram.record_value(max(1, int((now - intended) * 1e6)))
+            self.histogram.add_s(now - intended)
         for conn in self.connections:
             if conn.transport is not None:
                 conn.transport.close()
@@ -240,19 +237,15 @@ class OpenLoop:
             # The generator's own CPU share over the run (it spins between close sends, so this
             # is near 1 at any rate above a few hundred per second).
             "generator_busy": (time.process_time() - self.cpu_start) / elapsed,
-            "dispatch_lag_p99_ms": self.dispatch_lag.get_value_at_percentile(99) / 1000,
-            "dispatch_lag_max_ms": self.dispatch_lag.get_max_value() / 1000,
+            "dispatch_lag_p99_ms": self.dispatch_lag.ms(99),
+            "dispatch_lag_max_ms": self.dispatch_lag.max_ms(),
             "unanswered": unanswered,
             "errors": self.errors,
             "resent": self.resent,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
             "max_queue": self.max_queue,
-            "p50_ms": h.get_value_at_percentile(50) / 1000,
-            "p90_ms": h.get_value_at_percentile(90) / 1000,
-            "p99_ms": h.get_value_at_percentile(99) / 1000,
-            "p999_ms": h.get_value_at_percentile(99.9) / 1000,
-            "max_ms": h.get_max_value() / 1000,
-            "mean_ms": h.get_mean_value() / 1000,
+            **h.figures(),
+            "mean_ms": h.mean_ms(),
         }
 
 
@@ -302,27 +295,7 @@ def measure(
         argv += ["--tokens", str(tokens)]
     if drain_s is not None:
         argv += ["--drain", f"{drain_s:g}"]
-    return pinned_summary(argv, SUMMARY_PREFIX, core=core, timeout_s=timeout_s, what="openloop")
-
-
-def pinned_summary(
-    argv: list[str], prefix: str, *, core: int | str, timeout_s: float, what: str
-) -> dict[str, Any]:
-    """Run a generator's command line in a subprocess pinned to ``core``; the JSON its
-    ``prefix`` line carries (this module's, loadtest/bench/phased.py's)."""
-    done = subprocess.run(
-        pinned(core, argv),
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
-    for line in done.stdout.splitlines():
-        if line.startswith(prefix):
-            summary: dict[str, Any] = json.loads(line[len(prefix) :])
-            return summary
-    raise RuntimeError(f"{what} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return child.summary(argv, SUMMARY_PREFIX, what="openloop", timeout_s=timeout_s, core=core)
 
 
 def main() -> None:

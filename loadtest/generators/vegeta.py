@@ -11,7 +11,6 @@ intended send time (no coordinated omission), as loadtest/generators/openloop.py
 from __future__ import annotations
 
 import csv
-import math
 import subprocess
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -19,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.servers import pinned
+from loadtest.measure.child import pinned
+from loadtest.measure.latency import Latencies
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,14 +101,6 @@ def start_ns(hits: list[Hit], rate: float) -> float:
     return min(h.sent_ns - h.seq * 1e9 / rate for h in hits if h.seq < 50)
 
 
-def percentile(sorted_values: list[float], pct: float) -> float:
-    """The nearest-rank percentile of ascending ``sorted_values`` (0 when empty)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, min(len(sorted_values), math.ceil(pct / 100 * len(sorted_values) - 1e-9)))
-    return sorted_values[rank - 1]
-
-
 def summary(hits: list[Hit], rate: float, skip: int) -> dict[str, Any]:
     """Latency figures, ms: ``sent`` as vegeta measures, from when it sent; ``intended`` from
     each request's due time. Requests with ``seq < skip`` are the warm-up."""
@@ -116,9 +108,7 @@ def summary(hits: list[Hit], rate: float, skip: int) -> dict[str, Any]:
         raise ValueError("vegeta recorded no requests")
     start = start_ns(hits, rate)
     codes: Counter[str] = Counter()
-    sent: list[float] = []
-    intended: list[float] = []
-    lag: list[float] = []
+    sent, intended, lag = Latencies(), Latencies(), Latencies()
     last_done = 0.0
     for hit in hits:
         last_done = max(last_done, hit.sent_ns + hit.latency_ns)
@@ -126,18 +116,13 @@ def summary(hits: list[Hit], rate: float, skip: int) -> dict[str, Any]:
             continue
         codes[str(hit.code)] += 1
         due = start + hit.seq * 1e9 / rate
-        sent.append(hit.latency_ns / 1e6)
-        intended.append((hit.sent_ns + hit.latency_ns - due) / 1e6)
-        lag.append((hit.sent_ns - due) / 1e6)
-    sent.sort()
-    intended.sort()
-    lag.sort()
-    out: dict[str, Any] = {"requests": len(sent), "statuses": dict(codes)}
+        sent.add_ms(hit.latency_ns / 1e6)
+        intended.add_ms((hit.sent_ns + hit.latency_ns - due) / 1e6)
+        lag.add_ms((hit.sent_ns - due) / 1e6)
+    out: dict[str, Any] = {"requests": sent.count, "statuses": dict(codes)}
     for label, values in (("sent", sent), ("intended", intended)):
-        for pct, key in ((50, "p50"), (99, "p99"), (99.9, "p999")):
-            out[f"{key}_ms_{label}"] = percentile(values, pct)
-        out[f"max_ms_{label}"] = values[-1]
-    out["send_lag_p99_ms"] = percentile(lag, 99)
+        out.update(values.figures(f"_{label}", (50, 99, 99.9)))
+    out["send_lag_p99_ms"] = lag.ms(99)
     out["elapsed_s"] = (last_done - start) / 1e9
     out["throughput_rps"] = len(hits) / out["elapsed_s"]
     return out

@@ -3,15 +3,12 @@ one ``WRK_JSON`` line that this module reads back (nothing is scraped from wrk's
 
 from __future__ import annotations
 
-import json
-import resource
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.servers import pinned
 from loadtest.constants import WRK_SCRIPTS_DIR
+from loadtest.measure import child
 
 SCRIPTS = WRK_SCRIPTS_DIR
 TIMEOUT_S = 10
@@ -35,6 +32,9 @@ class WrkResult:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+PREFIX = "WRK_JSON "  # the line scripts/*.lua print at the end
 
 
 def run(
@@ -69,22 +69,8 @@ def run(
     if tokens:
         path, first, count = tokens
         argv += ["--", str(path), str(first), str(count), str(threads)]
-    cpu_before = children_cpu_s()
-    done = subprocess.run(
-        pinned(core, argv), capture_output=True, text=True, timeout=duration_s + 60, check=False
-    )
-    cpu_s = children_cpu_s() - cpu_before
-    for line in done.stdout.splitlines():
-        if line.startswith("WRK_JSON "):
-            return parse(json.loads(line[len("WRK_JSON ") :]), cpu_s)
-    raise RuntimeError(f"wrk printed no summary (exit {done.returncode}): {done.stderr[-2000:]}")
-
-
-def children_cpu_s() -> float:
-    """CPU time of the children this process has waited for: around one ``subprocess.run``,
-    that child's own CPU time."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+    done = child.run(argv, PREFIX, what="wrk", timeout_s=duration_s + 60, core=core)
+    return parse(done.result, done.cpu_s)
 
 
 def parse(raw: dict[str, int | float], cpu_s: float = 0.0) -> WrkResult:

@@ -18,7 +18,7 @@ from kernel.settings import PROJECT_ROOT, Settings
 from loadtest.capacity import k8s, plan
 from loadtest.capacity.manifests import aligned_writers
 from tests.deploy.crd_schemas import BY_KIND
-from tests.loadtest.test_planner import _results  # made-up stored runs
+from tests.loadtest.test_planner import _results, write_sections  # made-up stored runs
 
 DEPLOY = PROJECT_ROOT / "deploy" / "k8s"
 K8S_VERSION = "1.33.0"  # the oldest Kubernetes the manifests are checked against: CronJob timeZone
@@ -97,8 +97,7 @@ def test_writers_split_the_partitions_evenly() -> None:
 def test_the_planner_emits_valid_manifests_sized_from_its_fleet(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    results = tmp_path / "bench-results.json"
-    results.write_text(json.dumps(_results()))
+    results = write_sections(_results(), tmp_path / "sections")
     out = tmp_path / "k8s"
     plan.main(
         [

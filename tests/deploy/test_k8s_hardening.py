@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.metadata
-import json
 import re
 import shutil
 import subprocess
@@ -24,7 +23,7 @@ from loadtest.capacity import edge, k8s, plan
 from loadtest.capacity.manifests import GATEWAY_PORT, migrate_name
 from tests.deploy import pod_security
 from tests.deploy.test_k8s import _by_kind, _docs, _validate
-from tests.loadtest.test_planner import _balancer_section, _results
+from tests.loadtest.test_planner import _balancer_section, _results, write_sections
 
 DEPLOY = PROJECT_ROOT / "deploy" / "k8s"
 Doc = dict[str, Any]
@@ -47,8 +46,7 @@ def _emit(tmp_path: Path, *extra: str, balancer: bool = False) -> Path:
     results = _results()
     if balancer:
         results["sections"]["balancer"] = _balancer_section()
-    path = tmp_path / "bench-results.json"
-    path.write_text(json.dumps(results))
+    path = write_sections(results, tmp_path / "sections")
     out = tmp_path / "k8s"
     plan.main(["--rps=200000", f"--results={path}", "--emit", "k8s", str(out), *extra])
     return out

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from kernel.settings import PROJECT_ROOT, Settings
-from loadtest.bench.report import _standalone, refresh_standalone
 from loadtest.constants import LOCUSTFILE
 from loadtest.scenarios import spike
 from loadtest.scenarios.answers import PURCHASE, VOUCHER_RESERVE, Answer
@@ -91,15 +90,3 @@ def test_short_spike_keeps_the_invariants(live_stack: Settings, tmp_path: Path) 
     assert counts["202"] + counts["409"] + counts["410"] + counts["503"] >= 300
     assert result.plot is not None and result.plot.stat().st_size > 10_000
     assert (tmp_path / "report.txt").exists()
-
-
-def test_refreshing_the_standalone_part_keeps_the_measured_sections(tmp_path: Path) -> None:
-    bench = tmp_path / "bench.md"
-    bench.write_text(
-        "# Purchase path benchmark\n\nmeasured tables\n\n## Standalone measurements\nold\n"
-    )
-    refresh_standalone(bench)
-    text = bench.read_text()
-    assert text.startswith("# Purchase path benchmark\n\nmeasured tables\n\n")
-    assert text.endswith(_standalone().rstrip() + "\n")
-    assert "\nold\n" not in text

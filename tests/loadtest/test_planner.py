@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kernel.settings import PROJECT_ROOT
 from loadtest.capacity import model as capacity
 from loadtest.capacity import plan
 from loadtest.capacity.model import Figures, Latency, Measured, Target
@@ -176,9 +181,25 @@ def _section(*runs: dict[str, Any]) -> dict[str, Any]:
     return {"started_at": "2026-12-01 00:00:00", "runs": list(runs)}
 
 
+def render_bench(results: Path, output: Path) -> str:
+    """bench.md as ``python -m loadtest.bench --render`` writes it from ``results``."""
+    argv = [sys.executable, "-m", "loadtest.bench", "--render", "--output", str(output)]
+    argv += ["--results", str(results)]
+    done = subprocess.run(argv, cwd=PROJECT_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return output.read_text()
+
+
+def write_sections(results: dict[str, Any], directory: Path) -> Path:
+    """``results`` as the committed form: one ``<section>.json`` a section in ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, section in results["sections"].items():
+        (directory / f"{name}.json").write_text(json.dumps(section))
+    return directory
+
+
 def _results() -> dict[str, Any]:
     return {
-        "format": 2,
         "sections": {
             "closed": _section(
                 *(
@@ -224,18 +245,28 @@ def test_figures_are_the_medians_of_the_stored_runs() -> None:
 def test_a_missing_section_names_the_command_that_measures_it() -> None:
     res = _results()
     del res["sections"]["writer"]
-    f = plan.figures(res)
-    assert f.writer_rate is None
-    fleet = capacity.plan(TARGET, f)
-    assert any("--only writer" in line for line in fleet.reasons)
-    assert dict(plan.table(fleet, TARGET))["writer processes"] == "not measured"
-    del res["sections"]["closed"]  # no gateway cost anywhere: no answer at all
-    with pytest.raises(plan.MissingFigure, match="--only closed"):
+    with pytest.raises(plan.MissingFigure, match=r"writer orders/s .*section writer") as got:
         plan.figures(res)
+    assert got.value.command == ".venv/bin/python -m loadtest.bench --only writer"
+    del res["sections"]["closed"]  # no gateway cost anywhere either: both named, one command
+    with pytest.raises(plan.MissingFigure) as got:
+        plan.figures(res)
+    assert got.value.command == ".venv/bin/python -m loadtest.bench --only closed,writer"
+
+
+def test_the_planner_exits_non_zero_naming_the_sections_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = write_sections({"sections": {"balancer": _balancer_section()}}, tmp_path / "sections")
+    with pytest.raises(SystemExit) as got:
+        plan.main(["--rps=500000", f"--results={results}"])
+    message = str(got.value.code)
+    assert "`.venv/bin/python -m loadtest.bench --only redis,writer,loadgen`" in message
+    assert "not measured" not in message + capsys.readouterr().out
 
 
 def _balancer_section() -> dict[str, Any]:
-    """What ``python -m loadtest.bench.balancer`` records (its scenario and metric names)."""
+    """What the ``balancer`` section records (its scenario and metric names)."""
     b = "balancer"
     return _section(
         *(
@@ -251,10 +282,13 @@ def _balancer_section() -> dict[str, Any]:
     )
 
 
-def test_the_balancer_section_alone_answers_the_edge() -> None:
-    """bench-results.json holding only the balancer runner's section (the other sections lost):
-    the planner sizes the gateways and the balancer tier from it, and says what is missing."""
-    f = plan.figures({"format": 2, "sections": {"balancer": _balancer_section()}})
+def test_the_balancer_section_answers_the_edge_without_closed_or_open() -> None:
+    """Committed results with the balancer section and no closed or open section: the planner
+    sizes the gateways and the balancer tier from it."""
+    res = _results()
+    del res["sections"]["closed"], res["sections"]["open"]
+    res["sections"]["balancer"] = _balancer_section()
+    f = plan.figures(res)
     assert f.soldout_us.value == 30.0 and "`balancer` section" in f.soldout_us.source
     assert f.reserve_us.value == 300.0
     assert f.reserve_latency[0.5][99.0] == 40.0
@@ -262,9 +296,8 @@ def test_the_balancer_section_alone_answers_the_edge() -> None:
     assert f.balancer.answer_us.value == 10.0  # the median of 9, 10, 30: haproxy's share only
     assert f.balancer.forward_us.value == 35.0
     assert f.balancer.latency[0.5][99.0] == 1.0
-    assert f.redis_ops is None and f.writer_rate is None and f.loadgen_rps is None
     fleet = capacity.plan(TARGET, f)
-    assert fleet.missing == ["redis", "writers", "load"]
+    assert fleet.missing == []
     tier = fleet.tier
     assert tier is not None
     # 490k × 10 µs + 10k × 35 µs = 5.25 cores busy → ceil(5.25 / 0.7 = 7.5) = 8 balancer cores.
@@ -278,7 +311,7 @@ def test_the_balancer_section_alone_answers_the_edge() -> None:
     assert fleet.gateway_processes == 26
     rows = dict(plan.table(fleet, TARGET))
     assert rows["  edge cores (balancers + gateways)"] == "13"
-    assert rows["Redis primaries (+ a replica each)"] == "not measured"
+    assert "not" not in rows["Redis primaries (+ a replica each)"]
 
 
 def test_the_tier_p99_uses_the_balancers_own_latency_for_the_sold_out_share() -> None:
@@ -295,11 +328,10 @@ def test_the_tier_p99_uses_the_balancers_own_latency_for_the_sold_out_share() ->
     assert fast.tier.predicted_p99_ms is not None and fast.tier.predicted_p99_ms < 30
 
 
-def test_the_balancer_page_checks_each_tier_against_the_fleet_run() -> None:
-    """loadtest/bench/balancer.py's page: the fleet row predicts each tier's µs per answer from
-    the single-process rows at the share the fleet run got, idle burn included."""
-    from loadtest.bench import balancer
-
+@pytest.mark.timeout(60)
+def test_the_balancer_part_checks_each_tier_against_the_fleet_run(tmp_path: Path) -> None:
+    """bench.md's balancer part: the fleet row predicts each tier's µs per answer from the
+    single-process rows at the share the fleet run got, idle burn included."""
     section = _balancer_section()
     section["runs"].append(
         _run(
@@ -315,13 +347,24 @@ def test_the_balancer_page_checks_each_tier_against_the_fleet_run() -> None:
     )  # fmt: skip
     section["runs"].append(fleet_run)
     section.update(
-        command="python -m loadtest.bench.balancer",
+        command="python -m loadtest.bench --only balancer",
+        started_at="2026-12-01 00:00:00",
         finished_at="2026-12-01 00:10:00",
         commit="abc",
-        machine={"loadavg_start": 1.0, "loadavg_end": 2.0},
+        clean=True,
+        machine={
+            "nproc": 2,
+            "cpu_model": "x",
+            "kernel": "6",
+            "memory_gib": 8.0,
+            "loadavg_start": 1.0,
+            "loadavg_end": 2.0,
+        },  # fmt: skip
+        versions={"Python": "3.11"},
         settings={"repeats": 1, "connections": 64, "fraction": 0.5},
     )
-    page = balancer.render(section)
+    results = write_sections({"sections": {"balancer": section}}, tmp_path / "sections")
+    page = render_bench(results, tmp_path / "bench.md")
     # Balancer: 0.9 × 10 + 0.1 × 35 = 12.5 µs predicted, 12.6 measured (1.01×); gateways:
     # 0.1 × 50 + 0.01 cores × 1e6 / 10,000 req/s = 6.0 µs predicted, 7.0 measured (1.17×).
     row = next(line for line in page.splitlines() if line.startswith("| 1 run(s)"))
@@ -335,7 +378,9 @@ def test_a_generator_bound_balancer_latency_is_not_used_for_the_tier_p99() -> No
     for run in section["runs"]:
         if run["subject"] == "haproxy_410" and run["scenario"] == "open@0.5":
             run["metrics"]["dispatch_lag_p99_ms"] = 30.0  # the generator, not haproxy, was late
-    f = plan.figures({"format": 2, "sections": {"balancer": section}})
+    res = _results()
+    res["sections"]["balancer"] = section
+    f = plan.figures(res)
     assert f.balancer is not None and f.balancer.latency == {}
     tier = capacity.plan(TARGET, f).tier
     assert tier is not None and tier.predicted_p99_ms is None

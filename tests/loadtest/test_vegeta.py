@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from loadtest.bench import overload, phased_vegeta
-from loadtest.bench.phased import Phase, recovery_s
-from loadtest.generators.vegeta import Hit, percentile, read_csv, summary
+from loadtest.generators import phased_vegeta
+from loadtest.generators.phased import Phase, recovery_s
+from loadtest.generators.vegeta import Hit, read_csv, summary
+from tests.loadtest.test_planner import render_bench, write_sections
 
 
 def _late_fifth() -> list[Hit]:
@@ -25,10 +26,10 @@ def test_latencies_from_send_and_from_intended_time() -> None:
     figures = summary(_late_fifth(), rate=10, skip=2)
     assert figures["requests"] == 8
     assert figures["statuses"] == {"202": 8}
-    assert figures["max_ms_sent"] == pytest.approx(10)
-    assert figures["max_ms_intended"] == pytest.approx(210)
-    assert figures["p50_ms_intended"] == pytest.approx(10)
-    assert figures["send_lag_p99_ms"] == pytest.approx(200)
+    assert figures["max_ms_sent"] == pytest.approx(10, rel=1e-3)
+    assert figures["max_ms_intended"] == pytest.approx(210, rel=1e-3)
+    assert figures["p50_ms_intended"] == pytest.approx(10, rel=1e-3)
+    assert figures["send_lag_p99_ms"] == pytest.approx(200, rel=1e-3)
 
 
 def test_csv_columns_are_read_by_position(tmp_path: Path) -> None:
@@ -42,14 +43,6 @@ def test_csv_columns_are_read_by_position(tmp_path: Path) -> None:
         Hit(0, 10**9, 5 * 10**6, 202),
         Hit(1, 1001 * 10**6, 30 * 10**9, 0),
     ]
-
-
-def test_percentile_is_nearest_rank() -> None:
-    values = [float(v) for v in range(1, 101)]
-    assert percentile(values, 50) == 50
-    assert percentile(values, 99) == 99
-    assert percentile(values, 99.9) == 100
-    assert percentile([], 99) == 0
 
 
 def _phase_hits(start_s: float, rate: int, seconds: float, code: int, took_ms: float) -> list[Hit]:
@@ -75,8 +68,8 @@ def test_phased_report_counts_goodput_while_the_overload_lasts() -> None:
     assert result["unanswered"] == 1
     assert result["goodput_rps"] == pytest.approx(40 / 2)  # warm-up answers ended before it
     assert result["refused_rps"] == pytest.approx(39 / 2)
-    assert result["ok_p99_ms"] == pytest.approx(5)
-    assert result["refused_p99_ms"] == pytest.approx(1)
+    assert result["ok_p99_ms"] == pytest.approx(5, rel=1e-3)
+    assert result["refused_p99_ms"] == pytest.approx(1, rel=1e-3)
     assert result["sent_rps"] == pytest.approx(40)
     # 400 ms answers in the first three windows: recovered after 0.3 s under a 20 ms bound.
     assert recovery_s(result["after_windows"], bound_ms=20) == pytest.approx(0.3)
@@ -91,9 +84,26 @@ def _row(multiple: float, offered: float, sent: float | None) -> dict[str, objec
     }  # fmt: skip
 
 
-def test_overload_table_marks_the_rows_vegeta_could_not_offer() -> None:
+@pytest.mark.timeout(60)
+def test_overload_table_marks_the_rows_vegeta_could_not_offer(tmp_path: Path) -> None:
     rows = [_row(0.5, 500, 500), _row(2, 2000, 1200), _row(5, 5000, None)]
-    assert [overload.generator_limited(r) for r in rows] == [False, True, False]
-    half, double, five = overload.table("reserve", 1000, rows).splitlines()[4:]
+    section = {
+        "command": ".venv/bin/python -m loadtest.bench --only overload",
+        "started_at": "2026-12-02 00:00:00", "finished_at": "2026-12-02 00:05:00",
+        "commit": "abc1234", "clean": True, "changes": "0 modified, 0 untracked files",
+        "machine": {"nproc": 2, "cpu_model": "x", "kernel": "6", "memory_gib": 8.0,
+                    "loadavg_start": 1.0, "loadavg_end": 1.0},
+        "versions": {"Python": "3.11"},
+        "settings": {"repeats": 1, "maxima": {"reserve": 1000.0}},
+        "runs": [
+            {"phase": "overload", "scenario": "reserve", "subject": str(r["run"]), "repeat": i,
+             "at": "00:00:00", "loadavg_1m": 1.0, "metrics": r, "problems": []}
+            for i, r in enumerate(rows)
+        ],
+    }  # fmt: skip
+    results = write_sections({"sections": {"overload": section}}, tmp_path / "sections")
+    text = render_bench(results, tmp_path / "bench.md")
+    part = text[text.index("### reserve path (maximum 1,000 req/s, closed loop)") :]
+    half, double, five = part.splitlines()[4:7]
     assert double.startswith("| 2× (2,000/s) † sent 1,200/s |")
     assert "†" not in half and "†" not in five

@@ -24,6 +24,7 @@ from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from kernel.settings import Settings
 from loadtest.generators import vegeta
+from loadtest.measure import latency
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.system import fresh_buyers
@@ -215,13 +216,11 @@ def _overload(target: Target, workdir: Path) -> Overload:
         offered,
         len(sends) / max(1e-9, (sends[-1] - sends[0]) / 1e9),
         Counter(h.code for h in hits),
-        vegeta.percentile(sorted(h.latency_ns / 1e9 for h in accepted), 99),
-        vegeta.percentile(
-            sorted(
-                (h.sent_ns + h.latency_ns - start - h.seq * 1e9 / offered) / 1e9 for h in accepted
-            ),
-            99,
-        ),
+        latency.of_seconds(h.latency_ns / 1e9 for h in accepted).ms(99) / 1000,
+        latency.of_seconds(
+            (h.sent_ns + h.latency_ns - start - h.seq * 1e9 / offered) / 1e9 for h in accepted
+        ).ms(99)
+        / 1000,
         len(accepted) / last_202_s,
         {reason: after[reason] - before.get(reason, 0.0) for reason in after},
     )

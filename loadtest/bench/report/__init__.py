@@ -1,40 +1,37 @@
 """Render ``bench.md`` from the stored results (the latest run of every section); every number
 comes from them, and every section says which command, commit, machine and date produced it.
 
-``python -m loadtest.bench.report [results.json] [bench.md]`` re-renders without measuring again.
+``python -m loadtest.bench --render`` re-renders from the committed section files without
+measuring again.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import results as store
 from loadtest.bench.report import capacity as report_capacity
-from loadtest.bench.report import http as report_http
-from loadtest.bench.report import pipeline as report_pipeline
-from loadtest.bench.report import techniques as report_techniques
-from loadtest.bench.report.fmt import machine, ratio, table
+from loadtest.bench.report.fmt import machine, not_run, ratio, run_command, table
 from loadtest.bench.stats import Run, Summary, paired_ratio, select
 
-RESULTS_PATH = store.RESULTS_PATH
 BENCH_MD = PROJECT_ROOT / "bench.md"
-# One file per standalone measurement, appended in name order, so each has one owner.
-STANDALONE_DIR = Path(__file__).resolve().parent.parent / "standalone"
-SECTION_TITLES = {
-    "closed": "(a) sold-out and (b) reserve path, closed loop",
-    "redis": "(c) Redis, one core",
-    "open": "latency at fixed offered rates",
-    "scaling": "1 vs 2 gateway processes",
-    "spike": "full spike",
-    "writer": "writer",
-    "techniques": "anti-oversell techniques",
-    "vouchers": "vouchers",
-    "loadgen": "load generators",
-}
+SECTIONS_PATH = f"{store.SECTIONS_DIR.relative_to(PROJECT_ROOT)}/"
+
+
+@dataclass(frozen=True)
+class Part:
+    """A section's part of the report: its name, title, and how it renders from the results."""
+
+    name: str
+    title: str
+    render: Callable[[dict[str, Any]], list[str]]
+
+
 # (section, scenario, subject, baseline, metric, goal, label)
 TARGETS = (
     (
@@ -62,7 +59,7 @@ TARGETS = (
 
 def _verdict(measured: Summary | None, goal: float) -> str:
     if measured is None:
-        return "not measured"
+        return "no committed result"
     if measured.low >= goal:
         return "met in every repeat"
     if measured.median >= goal:
@@ -94,12 +91,12 @@ def _targets(res: store.Results) -> list[str]:
     return ["## Targets", "", *table(["Target", "Goal", "Measured", "Verdict"], rows)]
 
 
-def _provenance(res: store.Results) -> list[str]:
+def _provenance(res: store.Results, parts: Sequence[Part]) -> list[str]:
     rows = []
-    for name, title in SECTION_TITLES.items():
+    for name, title in ((p.name, p.title) for p in parts):
         sec = res["sections"].get(name)
         if sec is None:
-            rows.append([title, "not measured yet", "", "", ""])
+            rows.append([title, "no committed result", f"`{run_command(name)}`", "", ""])
             continue
         m = sec["machine"]
         rows.append(
@@ -107,7 +104,7 @@ def _provenance(res: store.Results) -> list[str]:
                 title,
                 f"{sec['started_at']} → {sec['finished_at'][11:]}",
                 f"`{sec['command']}`",
-                sec["commit"],
+                store.commit_label(sec),
                 f"{machine(m)}; load {m['loadavg_start']:.2f} → {m.get('loadavg_end', 0):.2f}",
             ]
         )
@@ -176,71 +173,60 @@ def _method(res: store.Results) -> list[str]:
         "- A ratio is taken per repeat, between runs made side by side in that repeat, then"
         " summarised as **median** (min–max). Every figure is **min / median / max** over the"
         " repeats (a single run is marked *(1 run)*: a `--quick` smoke run, not a measurement).",
-        "- Raw results: `loadtest/reports/bench-results.json`; server logs:"
+        f"- Raw results: `{SECTIONS_PATH}<section>.json` (committed); server logs:"
         " `loadtest/reports/logs/`.",
     ]
     return out
 
 
-def render(res: store.Results) -> str:
+def _sections(got: dict[str, Any], parts: Sequence[Part]) -> list[str]:
+    out: list[str] = []
+    for part in parts:
+        out += part.render(got) if part.name in got else not_run(part.name, part.title)
+    return out
+
+
+def took_s(section: dict[str, Any]) -> float:
+    """How long a section took to measure, from its committed start and end."""
+    fmt_ = "%Y-%m-%d %H:%M:%S"
+    start = dt.datetime.strptime(section["started_at"], fmt_)
+    return (dt.datetime.strptime(section["finished_at"], fmt_) - start).total_seconds()
+
+
+def _header(sections: dict[str, Any], parts: Sequence[Part]) -> list[str]:
+    """What produced this page and how long that takes: one statement, from the committed data."""
+    took = [took_s(sections[p.name]) for p in parts if p.name in sections]
+    done = f"{len(took)} of the {len(parts)} sections have a committed result"
+    if took:
+        done += (
+            f"; measuring them took {sum(took) / 60:.0f} min in all (each section's dates below)"
+        )
+    return [
+        f"Generated from the committed results, `{SECTIONS_PATH}<section>.json`, by"
+        " `.venv/bin/python -m loadtest.bench` (`make bench` runs `scripts/bootstrap --bench`, then"
+        " every section). Do not edit by hand: `.venv/bin/python -m loadtest.bench --only"
+        " SECTION[,SECTION]` measures those sections again and rewrites their files and this page;"
+        f" `.venv/bin/python -m loadtest.bench --render` rewrites this page alone. {done}.",
+        "",
+    ]
+
+
+def render(res: store.Results, parts: Sequence[Part]) -> str:
     sections: dict[str, Any] = res["sections"]
-    get = sections.get
     body: Sequence[str] = [
         "# Purchase path benchmark",
         "",
-        "Generated by `python -m loadtest.bench` from measurements. Do not edit by hand: rerun",
-        "`.venv/bin/python -m loadtest.bench` (everything, ~1 h) or",
-        "`.venv/bin/python -m loadtest.bench --only SECTION[,SECTION]`, which rewrites this file.",
-        "",
+        *_header(sections, parts),
         *_versions(res),
         *_targets(res),
-        *_provenance(res),
-        *report_http.closed(get("closed")),
-        *report_http.open_loop(get("open")),
-        *report_http.redis(get("redis")),
-        *report_http.scaling(get("scaling")),
-        *report_pipeline.writer(get("writer")),
-        *report_pipeline.spike(get("spike"), get("closed")),
-        *report_techniques.techniques(get("techniques")),
-        *report_pipeline.vouchers(get("vouchers")),
-        *report_pipeline.loadgen(get("loadgen"), get("closed")),
+        *_provenance(res, parts),
+        *_sections(sections, parts),
         *report_capacity.capacity_model(res),
         *_checks(res),
         *_method(res),
-        "",
-        _standalone(),  # measurements made by their own commands
     ]
     return "\n".join(body).rstrip() + "\n"
 
 
-def _standalone() -> str:
-    pages = sorted(STANDALONE_DIR.glob("*.md"))
-    return "\n\n".join(page.read_text().rstrip() for page in pages)
-
-
-def write(res: store.Results, bench_md: Path = BENCH_MD) -> None:
-    bench_md.write_text(render(res))
-
-
-_STANDALONE_HEADING = "## Standalone measurements"
-
-
-def refresh_standalone(bench_md: Path = BENCH_MD) -> None:
-    """Replace only bench.md's standalone part with the pages as they are now, keeping the
-    measured sections as rendered (for a page rewritten by its own command)."""
-    text = bench_md.read_text()
-    head = text[: text.index(_STANDALONE_HEADING)] if _STANDALONE_HEADING in text else text
-    bench_md.write_text(head.rstrip() + "\n\n" + _standalone().rstrip() + "\n")
-
-
-def main() -> None:
-    args = sys.argv[1:]
-    if args[:1] == ["--standalone-only"]:
-        target = Path(args[1]) if len(args) > 1 else BENCH_MD
-        refresh_standalone(target)
-        print(f"refreshed the standalone measurements in {target}")
-        return
-    source = Path(args[0]) if args else RESULTS_PATH
-    target = Path(args[1]) if len(args) > 1 else BENCH_MD
-    target.write_text(render(store.load(source)))
-    print(f"wrote {target}")
+def write(res: store.Results, parts: Sequence[Part], bench_md: Path = BENCH_MD) -> None:
+    bench_md.write_text(render(res, parts))

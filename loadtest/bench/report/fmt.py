@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from loadtest.bench.results import commit_label
 from loadtest.bench.stats import Summary
 
 Fmt = Callable[[float], str]
@@ -68,7 +69,17 @@ def provenance(section: dict[str, Any], tool: str | None = None) -> list[str]:
     )
     if tool:
         line += f" (which runs `{tool}`)"
-    line += f", commit {section['commit']}, on {machine(section['machine'])}"
+    line += f", commit {commit_label(section)}, on {machine(section['machine'])}"
     if repeats:
         line += f", {repeats} repeat(s)"
     return [line + ".*", ""]
+
+
+def run_command(section: str) -> str:
+    """The one command that measures ``section`` again."""
+    return f".venv/bin/python -m loadtest.bench --only {section}"
+
+
+def not_run(section: str, title: str) -> list[str]:
+    """A section with no committed result: its heading and the command that measures it."""
+    return [f"## {title}", "", f"No committed result yet: run `{run_command(section)}`.", ""]

@@ -144,8 +144,9 @@ def spike(sec: Section | None, closed: Section | None) -> list[str]:
         *provenance(sec),
         f"A sale of {s['units']:,} units on {s['shards']} shards; one gateway worker (core"
         f" {s['server_core']}), a writer process on a Kafka topic of its own (cores"
-        f" {s['writer_cores']}), wrk (`loadtest/wrk/spike.lua`, {s['connections']} connections,"
-        f" core {s['load_core']}) sending {s['buyers']:,} distinct buyers once each, as fast as"
+        f" {s['writer_cores']}), wrk (`loadtest/generators/wrk/spike.lua`,"
+        f" {s['connections']} connections, core {s['load_core']}) sending {s['buyers']:,}"
+        " distinct buyers once each, as fast as"
         " they are answered. The sold-out flag keeps its shipped 1 s lifetime. PostgreSQL is"
         f" polled every {s['poll_s'] * 1000:.0f} ms for the item's order count; times are on"
         " one monotonic clock shared by wrk's script and the poller. wrk's latency histogram"

@@ -6,7 +6,7 @@ answers in histograms of their own) and an after phase at a normal rate, whose 1
 say when the server was back: the recovery. Latency is from each request's intended send time,
 as in openloop.py (no coordinated omission).
 
-``python -m loadtest.bench.phased URL --phase RATE:SECONDS ... [--tokens FILE] --accepted 202``
+``python -m loadtest.generators.phased URL --phase RATE:SECONDS ... [--tokens FILE] --accepted 202``
 prints one ``PHASED_JSON {...}`` line.
 """
 
@@ -23,9 +23,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import uvloop
-from hdrh.histogram import HdrHistogram  # type: ignore[import-untyped]
 
 from loadtest.generators import openloop
+from loadtest.measure import child
+from loadtest.measure.latency import Latencies
 
 SUMMARY_PREFIX = "PHASED_JSON "
 WINDOW_S = 0.1
@@ -44,7 +45,7 @@ class PhasedLoop(openloop.OpenLoop):
         super().__init__(plan)
         self.phases = phases
         self.accepted = accepted
-        self.kinds = {k: HdrHistogram(1, openloop.HIGHEST_US, 3) for k in ("ok", "refused")}
+        self.kinds = {k: Latencies() for k in ("ok", "refused")}
         self.counts = {"ok": 0, "refused": 0, "other": 0}
         self.goodput = 0
         # After phase: 100 ms window of intended time → [answers, bad answers, max latency µs]
@@ -56,7 +57,7 @@ class PhasedLoop(openloop.OpenLoop):
         now = time.perf_counter()
         self.in_flight -= 1
         self.answered_total += 1
-        latency_us = max(1, int((now - conn.intended) * 1e6))
+        latency_s = now - conn.intended
         self.statuses[status] += 1
         phase = self._phase(conn.intended)
         good = status == self.accepted
@@ -66,15 +67,15 @@ class PhasedLoop(openloop.OpenLoop):
             kind = "ok" if good else "refused" if status in REFUSALS else "other"
             self.counts[kind] += 1
             if kind != "other":
-                self.kinds[kind].record_value(latency_us)
-            self.histogram.record_value(latency_us)
+                self.kinds[kind].add_s(latency_s)
+            self.histogram.add_s(latency_s)
         elif phase == AFTER:
             window = self.windows.setdefault(
                 int((conn.intended - self.after_start) / WINDOW_S), [0, 0, 0]
             )
             window[0] += 1
             window[1] += not good
-            window[2] = max(window[2], latency_us)
+            window[2] = max(window[2], int(latency_s * 1e6))
         self._next(conn)
 
     def _phase(self, intended: float) -> int:
@@ -106,7 +107,7 @@ class PhasedLoop(openloop.OpenLoop):
                 due = min(total, int((now - begin) * phase.rate) + 1)
                 while sent - first < due:
                     intended = begin + (sent - first) / phase.rate
-                    self.dispatch_lag.record_value(max(1, int((now - intended) * 1e6)))
+                    self.dispatch_lag.add_s(now - intended)
                     self._dispatch(intended, self.request(sent))
                     sent += 1
                 wait = begin + (sent - first) / phase.rate - time.perf_counter()
@@ -124,9 +125,6 @@ class PhasedLoop(openloop.OpenLoop):
     def _report(self, unanswered: int) -> dict[str, Any]:
         measured = self.phases[MEASURED]
 
-        def pct(h: HdrHistogram, q: float) -> float:
-            return float(h.get_value_at_percentile(q)) / 1000
-
         return {
             "offered_rps": measured.rate,
             "seconds": measured.seconds,
@@ -134,12 +132,12 @@ class PhasedLoop(openloop.OpenLoop):
             "refused_rps": self.counts["refused"] / measured.seconds,
             "counts": self.counts,
             "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-            "ok_p50_ms": pct(self.kinds["ok"], 50),
-            "ok_p99_ms": pct(self.kinds["ok"], 99),
-            "refused_p50_ms": pct(self.kinds["refused"], 50),
-            "refused_p99_ms": pct(self.kinds["refused"], 99),
-            "all_p99_ms": pct(self.histogram, 99),
-            "dispatch_lag_p99_ms": pct(self.dispatch_lag, 99),
+            "ok_p50_ms": self.kinds["ok"].ms(50),
+            "ok_p99_ms": self.kinds["ok"].ms(99),
+            "refused_p50_ms": self.kinds["refused"].ms(50),
+            "refused_p99_ms": self.kinds["refused"].ms(99),
+            "all_p99_ms": self.histogram.ms(99),
+            "dispatch_lag_p99_ms": self.dispatch_lag.ms(99),
             "max_queue": self.max_queue,
             "unanswered": unanswered,
             "errors": self.errors,
@@ -173,19 +171,19 @@ def measure(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One phased run in a subprocess pinned to ``core``; its summary."""
-    argv = [sys.executable, "-m", "loadtest.bench.phased", url, "--accepted", str(accepted)]
+    argv = [sys.executable, "-m", "loadtest.generators.phased", url, "--accepted", str(accepted)]
     argv += ["--connections", str(connections)]
     for phase in phases:
         argv += ["--phase", f"{phase.rate:g}:{phase.seconds:g}"]
     if tokens is not None:
         argv += ["--tokens", str(tokens)]
-    return openloop.pinned_summary(
-        argv, SUMMARY_PREFIX, core=core, timeout_s=timeout_s, what="phased load"
-    )
+    return child.summary(argv, SUMMARY_PREFIX, what="phased load", timeout_s=timeout_s, core=core)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.phased", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadtest.generators.phased", description=__doc__
+    )
     parser.add_argument("url")
     parser.add_argument("--phase", action="append", required=True, help="RATE:SECONDS")
     parser.add_argument("--accepted", type=int, required=True, help="the status that is goodput")

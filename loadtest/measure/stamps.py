@@ -1,28 +1,24 @@
-"""``python -m loadtest.bench.reserve_stamps SRC DST``: a copy of the project at DST whose gateway
-times each stage of a purchase, for the breakdown of one 202
-(loadtest/bench/standalone/50-reserve-breakdown.md). Never run in production: the stamps cost
-CPU of their own, so the copy is measured for *time* per stage only (CPU per stage comes from
-py-spy on the unmodified code, ``python -m loadtest.bench.reserve_speed --profile``).
+"""A stamped copy of the project: its gateway times each stage of a purchase, for the breakdown
+of one 202 (the ``reserve_speed`` section's ``--reserve-speed-stamps``). Never run in production:
+the stamps cost CPU of their own, so the copy is measured for *time* per stage only (CPU per
+stage comes from py-spy on the unmodified code, ``--reserve-speed-profile``).
 
 The copy's gateway writes ``<stamps dir>/stages-<pid>.json`` every 10,000 answers: each stage's
-durations, which ``python -m loadtest.bench.reserve_stamps FILE`` prints as count, mean, p50,
-p90 and p99 in ms. Serve the copy with
-``python -m loadtest.bench.reserve_speed --tree stamped=DST``. Each edit names the line it goes
-next to; when the code has moved, the copy fails with the anchor that is gone.
+durations, which ``summary`` gives as count, mean, p50, p90 and p99 in ms. Each edit names the
+line it goes next to; when the code has moved, the copy fails with the anchor that is gone.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 from pathlib import Path
-from typing import Any
+
+from loadtest.measure import latency
 
 STAMPS_DIR = Path("/tmp")  # noqa: S108 - a throw-away measurement's output
 
 # The module the copy's gateway records into (kernel/stagetimes.py in the copy only).
-_RECORDER = '''"""Stage durations of the stamped copy (loadtest/bench/reserve_stamps.py)."""
+_RECORDER = '''"""Stage durations of the stamped copy (loadtest/measure/stamps.py)."""
 import json, os
 _d = {}
 _n = [0]
@@ -84,11 +80,11 @@ EDITS: tuple[tuple[str, str, str], ...] = (
     ),
     (
         "gateway/front.py",
-        "            if path not in UNGATED and not self.admission.admit():\n",
+        "            if not self.admission.admit():\n",
         "            from kernel import stagetimes as _st\n"
         '            _st.add("loop turn age at arrival", time.monotonic()'
         " - self.admission.turn_started)\n"
-        "            if path not in UNGATED and not self.admission.admit():\n",
+        "            if not self.admission.admit():\n",
     ),
     (
         "gateway/front.py",
@@ -182,8 +178,8 @@ def stamp(src: Path, dst: Path, stamps_dir: Path = STAMPS_DIR) -> Path:
         path = dst / name
         text = path.read_text()
         if text.count(anchor) != 1:
-            raise SystemExit(
-                f"{name}: the anchor moved, update loadtest/bench/reserve_stamps.py:\n{anchor}"
+            raise RuntimeError(
+                f"{name}: the anchor moved, update loadtest/measure/stamps.py:\n{anchor}"
             )
         path.write_text(text.replace(anchor, replacement))
     return dst
@@ -193,34 +189,12 @@ def summary(raw: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     """A stamped gateway's ``stages-<pid>.json`` as count, mean and percentiles (ms) per stage."""
     out: dict[str, dict[str, float]] = {}
     for stage, values in raw.items():
-        s = sorted(values)
-        n = len(s)
-        if not n:
+        if not values:
             continue
+        found = latency.of_seconds(values)
         out[stage] = {
-            "n": n,
-            "mean_ms": sum(s) / n * 1000,
-            **{f"p{p}_ms": s[min(n - 1, int(n * p / 100))] * 1000 for p in (50, 90, 99)},
+            "n": len(values),
+            "mean_ms": sum(values) / len(values) * 1000,
+            **{f"p{p}_ms": found.ms(p) for p in (50, 90, 99)},
         }
     return out
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m loadtest.bench.reserve_stamps")
-    parser.add_argument("src", type=Path, help="the project to copy (or a stages-<pid>.json)")
-    parser.add_argument("dst", type=Path, nargs="?", help="where the stamped copy goes")
-    parser.add_argument("--summary", action="store_true", help="SRC is a stages-<pid>.json")
-    args = parser.parse_args()
-    if args.summary or args.dst is None:
-        figures: dict[str, Any] = summary(json.loads(args.src.read_text()))
-        for stage, f in figures.items():
-            print(
-                f"{stage:48s} n={f['n']:>7.0f} mean {f['mean_ms']:8.3f} p50 {f['p50_ms']:8.3f}"
-                f" p90 {f['p90_ms']:8.3f} p99 {f['p99_ms']:8.3f}"
-            )
-        return
-    print(stamp(args.src, args.dst))
-
-
-if __name__ == "__main__":
-    main()

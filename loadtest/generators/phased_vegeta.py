@@ -1,4 +1,4 @@
-"""The overload benchmark's phases (loadtest/bench/phased.py) offered by vegeta instead of the
+"""The overload benchmark's phases (loadtest/generators/phased.py) offered by vegeta instead of the
 project's Python generator: a Go client offers several times the rate on the same core, so the
 5× and 10× rows reach the server.
 
@@ -18,8 +18,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadtest.bench.phased import AFTER, MEASURED, REFUSALS, WINDOW_S, Phase
 from loadtest.generators import vegeta
+from loadtest.generators.phased import AFTER, MEASURED, REFUSALS, WINDOW_S, Phase
+from loadtest.measure.latency import Latencies
 
 MS = 1e6  # ns
 
@@ -85,28 +86,22 @@ def report(
     )
     counts = {"ok": 0, "refused": 0, "other": 0}
     statuses: Counter[int] = Counter()
-    latency: dict[str, list[float]] = {"ok": [], "refused": [], "all": []}
-    lag: list[float] = []
+    latency = {"ok": Latencies(), "refused": Latencies(), "all": Latencies()}
+    lag = Latencies()
     unanswered = 0
     for h in hits[MEASURED]:
         intended = m_start + h.seq * 1e9 / measured.rate
         statuses[h.code] += 1
-        lag.append((h.sent_ns - intended) / MS)
+        lag.add_ms((h.sent_ns - intended) / MS)
         if h.code == 0:
             unanswered += 1
             continue
         kind = "ok" if h.code == accepted else "refused" if h.code in REFUSALS else "other"
         counts[kind] += 1
         took = (h.sent_ns + h.latency_ns - intended) / MS
-        latency["all"].append(took)
+        latency["all"].add_ms(took)
         if kind != "other":
-            latency[kind].append(took)
-    for values in (*latency.values(), lag):
-        values.sort()
-
-    def pct(kind: str, q: float) -> float:
-        return vegeta.percentile(latency[kind], q)
-
+            latency[kind].add_ms(took)
     return {
         "offered_rps": measured.rate,
         "seconds": measured.seconds,
@@ -114,12 +109,12 @@ def report(
         "refused_rps": counts["refused"] / measured.seconds,
         "counts": counts,
         "statuses": {str(k): v for k, v in sorted(statuses.items())},
-        "ok_p50_ms": pct("ok", 50),
-        "ok_p99_ms": pct("ok", 99),
-        "refused_p50_ms": pct("refused", 50),
-        "refused_p99_ms": pct("refused", 99),
-        "all_p99_ms": pct("all", 99),
-        "dispatch_lag_p99_ms": vegeta.percentile(lag, 99),
+        "ok_p50_ms": latency["ok"].ms(50),
+        "ok_p99_ms": latency["ok"].ms(99),
+        "refused_p50_ms": latency["refused"].ms(50),
+        "refused_p99_ms": latency["refused"].ms(99),
+        "all_p99_ms": latency["all"].ms(99),
+        "dispatch_lag_p99_ms": lag.ms(99),
         "sent_rps": len(hits[MEASURED]) / measured.seconds,
         "unanswered": unanswered,
         "after_windows": _after_windows(phases, hits, starts, accepted),
