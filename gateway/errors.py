@@ -7,6 +7,7 @@ may carry (the first is its default). Every code the API answers is here.
     ├── SaleNotOpen         403 SALE_NOT_OPEN
     ├── NotAdmitted         403 ADMISSION_REQUIRED (the sale's waiting room is on)
     │                           / PROOF_OF_WORK_REQUIRED (+ difficulty)
+    │                           / TICKET_NOT_YOURS (a poll with another buyer's ticket)
     ├── NotFound            404 NOT_FOUND (no such route) / ITEM_NOT_FOUND / ORDER_NOT_FOUND
     │                           / SALE_NOT_FOUND / VOUCHER_NOT_FOUND / RESERVATION_NOT_FOUND
     ├── MethodNotAllowed    405 METHOD_NOT_ALLOWED (a route, but not this method)
@@ -86,7 +87,10 @@ class SaleNotOpen(ApiError, status=403, code="SALE_NOT_OPEN"): ...
 
 
 class NotAdmitted(
-    ApiError, status=403, code="ADMISSION_REQUIRED", also=("PROOF_OF_WORK_REQUIRED",)
+    ApiError,
+    status=403,
+    code="ADMISSION_REQUIRED",
+    also=("PROOF_OF_WORK_REQUIRED", "TICKET_NOT_YOURS"),
 ): ...
 
 

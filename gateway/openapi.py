@@ -25,7 +25,9 @@ from gateway import bodies
 from gateway.paths import UNGATED
 from gateway.waiting_room.controls import RoomState
 
-VERSION = "1.0.0"  # of the API contract: bump it when a client would notice the change
+# Of the API contract: bump it when a client would notice the change (2.0.0: a poll needs the
+# buyer's token).
+VERSION = "2.0.0"
 
 # The error codes each route can answer, by status, beside its one success answer.
 Errors = dict[int, tuple[str, ...]]
@@ -52,6 +54,7 @@ class Operation:
     body: type | None = None
     media: str = "application/json"
     parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)  # required request header → its use
 
 
 def _ecma(pattern: str) -> str:
@@ -61,6 +64,7 @@ def _ecma(pattern: str) -> str:
 
 
 _DIGITS_ID = {"type": "integer", "minimum": 1, "maximum": 10**15 - 1}
+_TEXT = {"type": "string"}
 _ITEM = {"item_id": _DIGITS_ID}
 _SALE = {"sale_id": _DIGITS_ID}
 _ORDER = {"order_id": {"type": "string", "format": "uuid"}}
@@ -139,17 +143,20 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation(
         "get",
         "/api/flash-sales/sales/{sale_id}/queue",
-        "Poll a waiting-room ticket (X-Queue-Ticket): WAITING with Retry-After, or ADMITTED",
+        "Poll the buyer's own waiting-room ticket: WAITING with Retry-After, or ADMITTED",
         "buyer",
         (200, bodies.QueueStatus),
         {
-            401: ("INVALID_TICKET",),
+            401: ("UNAUTHORIZED", "INVALID_TICKET"),
+            403: ("TICKET_NOT_YOURS",),
             404: ("SALE_NOT_FOUND",),
             410: ("SOLD_OUT",),
             **_LIMITED,
             **_UNAVAILABLE,
         },
+        auth="buyer",
         parameters=_SALE,
+        headers={"X-Queue-Ticket": "the ticket the join (or the last poll) answered with"},
     ),
     Operation(
         "get",
@@ -416,11 +423,16 @@ def _operation(op: Operation) -> dict[str, Any]:
         "summary": op.summary,
         "tags": [op.tag],
     }
-    if op.parameters:
-        spec["parameters"] = [
-            {"name": name, "in": "path", "required": True, "schema": schema}
-            for name, schema in op.parameters.items()
-        ]
+    parameters = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in op.parameters.items()
+    ]
+    parameters += [
+        {"name": name, "in": "header", "required": True, "description": use, "schema": _TEXT}
+        for name, use in op.headers.items()
+    ]
+    if parameters:
+        spec["parameters"] = parameters
     if op.body is not None:
         spec["requestBody"] = {
             "required": True,

@@ -1,10 +1,12 @@
-"""``GET /api/flash-sales/sales/{saleId}/queue`` (``X-Queue-Ticket``), answered by the front as
-the purchase is: no framework, since everyone waiting polls every Retry-After.
+"""``GET /api/flash-sales/sales/{saleId}/queue`` (the buyer's token and ``X-Queue-Ticket``),
+answered by the front as the purchase is: no framework, since everyone waiting polls every
+Retry-After. Only the ticket's own buyer may poll it: anyone else is refused before the room is
+looked at, so nobody learns another buyer's place or has an admission minted in its name.
 
-A poll reads only local state — the signed ticket, the room, the sold-out flags, the pushed
-frontier and the room's controls as this gateway's last tick found them — except once per early
-arrival: its first poll after the start reads the place it
-was given (one HGET) and hands back a ticket that carries it.
+A poll reads only local state — the buyer's token (verified once, then remembered until its
+expiry), the signed ticket, the room, the sold-out flags, the pushed frontier and the room's
+controls as this gateway's last tick found them — except once per early arrival: its first poll
+after the start reads the place it was given (one HGET) and hands back a ticket that carries it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from msgspec import UNSET
 
 from gateway import bodies
 from gateway.client_address import ClientAddress
-from gateway.errors import ApiError, SoldOut, Unauthorized, Unavailable
+from gateway.errors import ApiError, NotAdmitted, SoldOut, Unauthorized, Unavailable
 from gateway.purchase import Answer, header
 from gateway.ratelimit import RouteLimits
 from gateway.requests import database_id
@@ -56,13 +58,17 @@ class PollHandler:
 
     async def _answer(self, scope: dict[str, Any], sale_text: str) -> Answer:
         self._limits.per_address.check(self._address.of(scope))
-        # The ticket's signature first: only a real ticket holder can make this gateway
-        # re-read its rooms (an unknown sale waits for that read).
+        # The buyer's token and the ticket's signature first, both checked locally (the
+        # verifier remembers a token it verified): only a buyer polling its own ticket can make
+        # this gateway re-read its rooms (an unknown sale waits for that read).
+        buyer = self.s.verifier.user_id(header(scope, b"authorization"))
+        self._limits.queue.check(buyer)
         text = header(scope, TICKET_HEADER)
         ticket = self._signer.read_ticket(text)
         if text is None or ticket is None:
             raise Unauthorized("INVALID_TICKET")
-        self._limits.queue.check(ticket.buyer)
+        if ticket.buyer != buyer:
+            raise NotAdmitted("TICKET_NOT_YOURS")  # its admission would name another buyer
         room = await open_room(self._rooms, database_id(sale_text))
         if ticket.sale != room.sale:
             raise Unauthorized("INVALID_TICKET")
