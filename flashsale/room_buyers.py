@@ -32,9 +32,15 @@ class RoomClient:
     def __init__(self, session: aiohttp.ClientSession, cfg: Settings, sale: int, item: int):
         self.session, self.cfg, self.sale, self.item = session, cfg, sale, item
         self.queue = f"/api/flash-sales/sales/{sale}/queue"
+        self._tokens: dict[int, str] = {}
 
     def auth(self, buyer: int) -> dict[str, str]:
-        return {"Authorization": f"Bearer {sign_token(self.cfg, buyer)}"}
+        """The buyer's one token, as a real client keeps it: a gateway verifies it once and
+        remembers it, so a poll every Retry-After costs no signature check."""
+        token = self._tokens.get(buyer)
+        if token is None:
+            token = self._tokens[buyer] = sign_token(self.cfg, buyer)
+        return {"Authorization": f"Bearer {token}"}
 
     async def join(self, buyer: int, nonce: str | None = None) -> tuple[int, Any]:
         headers = self.auth(buyer)
@@ -46,8 +52,9 @@ class RoomClient:
             return await self.join(buyer, solved)
         return status, body
 
-    async def poll(self, ticket: str) -> Answer:
-        return await self.send("GET", self.queue, {"X-Queue-Ticket": ticket})
+    async def poll(self, buyer: int, ticket: str) -> Answer:
+        """The buyer's ticket, with the buyer's token: a gateway refuses anyone else's."""
+        return await self.send("GET", self.queue, {**self.auth(buyer), "X-Queue-Ticket": ticket})
 
     async def buy(self, buyer: int, admission: str | None) -> tuple[int, Any]:
         headers = self.auth(buyer)
@@ -76,7 +83,7 @@ class RoomClient:
         out = Outcome()
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status, body, retry = await self.poll(ticket)
+            status, body, retry = await self.poll(buyer, ticket)
             out.last = status
             if status == 410:
                 return out

@@ -6,8 +6,8 @@ One gateway pinned to the server core, wrk pinned to the load core, closed loop,
 ``--repeats`` times:
 
 - sold out: ``POST /items/{id}/purchase`` of a sold-out item (the front's flag, no I/O);
-- poll: ``GET /sales/{id}/queue`` with one placed, waiting ticket (HMAC check, local
-  frontier, no Redis);
+- poll: ``GET /sales/{id}/queue`` with one placed, waiting ticket and its buyer's token (the
+  token and the ticket each verified once and remembered, local frontier, no Redis);
 - join: ``POST /sales/{id}/queue``, a new buyer every request (one Lua call on the room's
   slot).
 
@@ -50,7 +50,7 @@ _LIFTED = {
 
 
 def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
-    """(sold-out purchase URL, queue URL, a waiting ticket's header, join URL)."""
+    """(sold-out purchase URL, queue URL, a waiting ticket's headers, join URL)."""
     now = time.time()
     plain = new_sale(base, cfg, [NewItem("bench-sold-out", 1, 1)], opens_at=now - 5)
     item = plain["items"][0]["itemId"]
@@ -73,6 +73,7 @@ def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
     httpx.post(f"{base}/admin/sales/{sale_id}/arm", headers=admin, timeout=30).raise_for_status()
     queue = f"{base}/api/flash-sales/sales/{sale_id}/queue"
     ticket = ""
+    auth: dict[str, str] = {}
     for buyer in range(10, 1010):  # the last of 1,000 places waits the whole run
         auth = {"Authorization": f"Bearer {sign_token(cfg, buyer)}"}
         for _ in range(20):  # a 503 on this shared box: again after its Retry-After
@@ -83,10 +84,11 @@ def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
         if joined.status_code != 200:
             raise RuntimeError(f"join answered {joined.status_code}: {joined.text}")
         ticket = joined.json()["ticket"]
-    polled = httpx.get(queue, headers={"X-Queue-Ticket": ticket}, timeout=10).json()
+    polling = {**auth, "X-Queue-Ticket": ticket}  # the last buyer's ticket, with its token
+    polled = httpx.get(queue, headers=polling, timeout=10).json()
     if polled.get("state") != "WAITING":
         raise RuntimeError(f"the bench ticket is not waiting: {polled}")
-    return f"{base}/api/flash-sales/items/{item}/purchase", queue, {"X-Queue-Ticket": ticket}, queue
+    return f"{base}/api/flash-sales/items/{item}/purchase", queue, polling, queue
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,14 @@ class _RoomUser(Shopper):
             )
         return answer
 
-    def poll_queue(self, ticket: str) -> Answer:
+    def poll_queue(self, buyer: Buyer, ticket: str) -> Answer:
+        """The buyer's own ticket, with its token: the gateway refuses anyone else's."""
         return self.call(
             "GET",
             self.queue_path,
             "queue poll",
             answers.QUEUE_POLL,
-            headers={"X-Queue-Ticket": ticket},
+            headers={**buyer.auth, "X-Queue-Ticket": ticket},
         )
 
     def buy(self, buyer: Buyer, admission: str | None) -> Answer:
@@ -75,7 +76,7 @@ class RoomShopper(_RoomUser):
             return
         ticket = joined.body["ticket"]
         for _ in range(MAX_POLLS):
-            answer = self.poll_queue(ticket)
+            answer = self.poll_queue(buyer, ticket)
             if answer.status == 410:
                 return  # sold out: every waiter hears it
             if answer.status == 200:
@@ -100,7 +101,7 @@ class RoomBotMix(Bot, _RoomUser):
     @task
     def hammer(self) -> None:
         if self.ticket:
-            self.poll_queue(self.ticket)  # at its own pace, not Retry-After's: 429s
+            self.poll_queue(self.bot, self.ticket)  # at its own pace, not Retry-After's: 429s
         self.call(
             "POST",
             self.purchase_path,

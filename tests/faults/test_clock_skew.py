@@ -219,10 +219,11 @@ def test_a_gateway_with_a_clock_ahead_neither_seals_nor_admits_a_room_early(
         true_base, skewed_base = system.bases
         sale, _, starts_at = _room_sale(true_base, 100, ROOM_OPENS_IN_S, rate=100)
         queue = f"{skewed_base}/api/flash-sales/sales/{sale}/queue"
-        tickets = {}
+        tickets: dict[int, str] = {}
+        auth: dict[int, dict[str, str]] = {}  # each buyer polls with its own token
         for buyer in fresh_buyers(ROOM_BUYERS):
-            auth = {"Authorization": f"Bearer {sign_token(system.cfg, buyer)}"}
-            joined = httpx.post(queue, headers=auth, timeout=10)
+            auth[buyer] = {"Authorization": f"Bearer {sign_token(system.cfg, buyer)}"}
+            joined = httpx.post(queue, headers=auth[buyer], timeout=10)
             assert joined.status_code == 200, joined.text
             tickets[buyer] = joined.json()["ticket"]
         early_states: set[str] = set()
@@ -231,7 +232,8 @@ def test_a_gateway_with_a_clock_ahead_neither_seals_nor_admits_a_room_early(
             if time.time() < starts_at:
                 assert not {b"sealed", b"placed"} & meta, (starts_at - time.time(), meta)
             for buyer, ticket in tickets.items():
-                polled = httpx.get(queue, headers={"X-Queue-Ticket": ticket}, timeout=10)
+                polling = {**auth[buyer], "X-Queue-Ticket": ticket}
+                polled = httpx.get(queue, headers=polling, timeout=10)
                 if polled.status_code == 200 and time.time() < starts_at:  # answered early
                     early_states.add(polled.json()["state"])
                     tickets[buyer] = polled.json()["ticket"]
@@ -240,7 +242,8 @@ def test_a_gateway_with_a_clock_ahead_neither_seals_nor_admits_a_room_early(
         deadline = starts_at + ROOM_MARGIN_S + 10
         while len(admitted) < ROOM_BUYERS and time.time() < deadline:
             for buyer, ticket in tickets.items():
-                polled = httpx.get(queue, headers={"X-Queue-Ticket": ticket}, timeout=10)
+                polling = {**auth[buyer], "X-Queue-Ticket": ticket}
+                polled = httpx.get(queue, headers=polling, timeout=10)
                 if polled.status_code == 200:
                     tickets[buyer] = polled.json()["ticket"]
                     if polled.json()["state"] == "ADMITTED":

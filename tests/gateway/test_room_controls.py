@@ -107,10 +107,10 @@ async def _stays_flat(redis: RedisCluster, sale: int) -> int:
     return values.pop()
 
 
-async def _paused_poll(client: RoomClient, ticket: str) -> bool:
+async def _paused_poll(client: RoomClient, buyer: int, ticket: str) -> bool:
     """Whether this ticket's poll answers as a paused room's: WAITING, no estimate, Retry-After
     the cap."""
-    status, body, retry = await client.poll(ticket)
+    status, body, retry = await client.poll(buyer, ticket)
     assert status == 200 and body["state"] == "WAITING", body
     return "estimatedWaitSeconds" not in body and retry == _MAX_RETRY_S
 
@@ -130,17 +130,17 @@ async def test_pause_resume_and_rate_sent_to_one_gateway_bind_the_other(
         client = RoomClient(on_a, live_stack, sale.sale_id, sale.item_id)
         joins = await asyncio.gather(*(client.join(buyer) for buyer in buyers))
         assert {status for status, _ in joins} == {200}, joins[:3]
-        last_ticket = joins[-1][1]["ticket"]
+        last, last_ticket = buyers[-1], joins[-1][1]["ticket"]
         # Paused from before the first join: nobody is admitted, through either gateway.
         assert _room(b, sale.sale_id).json()["joined"] == len(buyers)  # placed: could move
         assert await _stays_flat(redis, sale.sale_id) == 0
-        assert await _paused_poll(client, last_ticket)
+        assert await _paused_poll(client, last, last_ticket)
 
         # Resumed through A: admissions start at the rate, nothing owed for the paused time.
         since = time.monotonic()
         _controlled(a, sale.sale_id, {"paused": False})
         await _rate_follows(redis, sale.sale_id, 20, since, 0)
-        await until(lambda: _estimated(client, last_ticket), 2, "A's polls estimating again")
+        await until(lambda: _estimated(client, last, last_ticket), 2, "A's polls estimating again")
 
         # A new rate through B: measured from then on, without a jump.
         since = time.monotonic()
@@ -152,7 +152,8 @@ async def test_pause_resume_and_rate_sent_to_one_gateway_bind_the_other(
         state = _controlled(b, sale.sale_id, {"paused": True})
         held = await _stays_flat(redis, sale.sale_id)
         assert 0 < held == state["admitted"] < len(buyers)  # not one after the answer
-        await until(lambda: _paused_poll(client, last_ticket), 2, "A's polls answering paused")
+        paused = "A's polls answering paused"
+        await until(lambda: _paused_poll(client, last, last_ticket), 2, paused)
         assert _room(a, sale.sale_id).json()["admitted"] == held
 
         # Resumed through A after the pause: from where it stopped, at the rate set before.
@@ -161,8 +162,8 @@ async def test_pause_resume_and_rate_sent_to_one_gateway_bind_the_other(
         await _rate_follows(redis, sale.sale_id, 60, since, held)
 
 
-async def _estimated(client: RoomClient, ticket: str) -> bool:
-    status, body, retry = await client.poll(ticket)
+async def _estimated(client: RoomClient, buyer: int, ticket: str) -> bool:
+    status, body, retry = await client.poll(buyer, ticket)
     assert status == 200 and body["state"] == "WAITING", body
     return "estimatedWaitSeconds" in body and retry < _MAX_RETRY_S
 

@@ -1,7 +1,8 @@
 """The waiting room (issue 16) through real HTTP, against the real gateway, writer, Redis Cluster,
-Kafka and PostgreSQL: signed tickets, random places for early arrivals, first-come places after
-the start, the pushed frontier, admissions, sold out for every waiter, freed units re-offered in
-queue order, and a restart that keeps every ticket and admission valid."""
+Kafka and PostgreSQL: signed tickets (polled only by their own buyer), random places for early
+arrivals, first-come places after the start, the pushed frontier, admissions, sold out for every
+waiter, freed units re-offered in queue order, and a restart that keeps every ticket and
+admission valid."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from gateway.waiting_room.tickets import Signer, Ticket, room_key
 from jobs.expiry import expire_once
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS, running_writer
-from rig.waiting import wait_until_async
+from rig.waiting import until, wait_until_async
 from shard_router import ShardRouter
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
@@ -103,12 +104,12 @@ def _room_sale(
 
 
 class Client(RoomClient):
-    async def admitted(self, ticket: str, timeout_s: float = 20) -> dict[str, Any]:
+    async def admitted(self, buyer: int, ticket: str, timeout_s: float = 20) -> dict[str, Any]:
         """Poll (quicker than Retry-After says, as often as the buyer's bucket allows) until
         admitted."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            status, body, _ = await self.poll(ticket)
+            status, body, _ = await self.poll(buyer, ticket)
             assert status == 200, body
             if body["state"] == "ADMITTED":
                 return dict(body)
@@ -143,7 +144,7 @@ async def test_5000_early_joiners_for_500_units(
         assert all("place" not in body for _, body in joins)  # placed at the start
         again = await asyncio.gather(*(c.join(b) for b in early[:50]))
         assert [body["ticket"] for _, body in again] == [tickets[b] for b in early[:50]]
-        status, body, retry = await c.poll(tickets[early[0]])
+        status, body, retry = await c.poll(early[0], tickets[early[0]])
         assert status == 200 and body["state"] == "WAITING" and retry >= 1
         await _until_start(starts_at)
         started = time.monotonic()
@@ -157,11 +158,12 @@ async def test_5000_early_joiners_for_500_units(
         buyers = [asyncio.create_task(c.wait_and_buy(b, tickets[b], held_at)) for b in early]
         async with aiohttp.ClientSession(gateway) as watching:  # not queued behind the buyers
             watcher = Client(watching, live_stack, sale, item)
-            first_410 = await _first_sold_out(watcher, [body["ticket"] for body in late_joins])
+            late_tickets = [(b, body["ticket"]) for b, body in zip(late, late_joins, strict=True)]
+            first_410 = await _first_sold_out(watcher, late_tickets)
         results = await asyncio.gather(*buyers)
         # Every waiter still holding a ticket: 410 now, whatever its place.
         losers = [b for b, r in zip(early, results, strict=True) if r.bought != 202]
-        sweep = await asyncio.gather(*(c.poll(tickets[b]) for b in losers))
+        sweep = await asyncio.gather(*(c.poll(b, tickets[b]) for b in losers))
     assert {s for s, _, _ in sweep} == {410}, [a for a in sweep if a[0] != 410][:3]
 
     orders = [r for r in results if r.bought == 202]
@@ -190,11 +192,11 @@ async def test_5000_early_joiners_for_500_units(
     print(f"spearman={rho:.3f} spent={spent} 410 after {first_410 - max(held_at):.3f}s")
 
 
-async def _first_sold_out(c: Client, tickets: list[str]) -> float:
-    """Poll waiting tickets (never admitted: the last places) in turn, every 20 ms; the
-    monotonic time of the first 410."""
-    for ticket in itertools.cycle(tickets):
-        status, body, _ = await c.poll(ticket)
+async def _first_sold_out(c: Client, tickets: list[tuple[int, str]]) -> float:
+    """Poll waiting tickets (never admitted: the last places), each with its buyer's token, in
+    turn, every 20 ms; the monotonic time of the first 410."""
+    for buyer, ticket in itertools.cycle(tickets):
+        status, body, _ = await c.poll(buyer, ticket)
         if status == 410:
             return time.monotonic()
         assert status == 200 and body["state"] == "WAITING", body
@@ -225,7 +227,7 @@ async def test_a_purchase_needs_the_buyers_own_admission(
     async with aiohttp.ClientSession(gateway) as session:
         c = Client(session, live_stack, sale, item)
         _, joined = await c.join(buyer)
-        admitted = await c.admitted(joined["ticket"])
+        admitted = await c.admitted(buyer, joined["ticket"])
         admission = admitted["admission"]
         refused = (403, {"error": "ADMISSION_REQUIRED"})
         assert await c.buy(someone, None) == refused  # without one
@@ -267,7 +269,7 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
         for b in buyers:  # after the start: places 1..20, first-come
             _, joined = await c.join(b)
             tickets.append(joined["ticket"])
-        first = [await c.admitted(t) for t in tickets[:3]]
+        first = [await c.admitted(b, t) for b, t in zip(buyers[:3], tickets[:3], strict=True)]
         assert [a["place"] for a in first] == [1, 2, 3]
         for b, a in zip(buyers[:2], first[:2], strict=True):
             assert (await c.buy(b, a["admission"]))[0] == 202
@@ -275,14 +277,18 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
         assert await wait_until_async(lambda: redis.hget(meta, "spent"), 10), "never set"
         spent = int(await redis.hget(meta, "spent") or 0)
         assert 3 <= spent < 18
-        assert (await c.poll(tickets[spent]))[0] == 410  # the next one, waiting: sold out
+        waiting = buyers[spent], tickets[spent]  # the next one, waiting: sold out
+        assert (await c.poll(*waiting))[0] == 410
         assert await _orders_in_db(db, item, 2) == 2
         await asyncio.sleep(1.0)  # the 1 s payment window runs out
         assert await expire_once(db, router) >= 2  # (and any other test's due orders)
         # Both units are offered to the next two places, in queue order, and to nobody else.
-        nxt = [await c.admitted(t) for t in tickets[spent : spent + 2]]
+        nxt = [
+            await c.admitted(b, t)
+            for b, t in zip(buyers[spent : spent + 2], tickets[spent : spent + 2], strict=True)
+        ]
         assert [a["place"] for a in nxt] == [spent + 1, spent + 2]
-        status, body, _ = await c.poll(tickets[spent + 2])
+        status, body, _ = await c.poll(buyers[spent + 2], tickets[spent + 2])
         assert status == 200 and body["state"] == "WAITING", body  # the one after: not yet
         late_admission = first[2]["admission"]  # place 3, admitted before the sell-out
         assert await c.buy(buyers[2], late_admission) == (403, {"error": "ADMISSION_REQUIRED"})
@@ -302,13 +308,54 @@ async def test_a_forged_ticket_is_refused_by_the_gateway(
     forged = Signer("not-the-secret").ticket(Ticket(buyer, sale, 1, 0))
     async with aiohttp.ClientSession(gateway) as session:
         c = Client(session, live_stack, sale, 0)
-        status, body, _ = await c.poll(forged)
+        status, body, _ = await c.poll(buyer, forged)
         assert (status, body) == (401, {"error": "INVALID_TICKET"})
         _, joined = await c.join(buyer)
         altered = joined["ticket"].replace(f".{joined['place']}.", f".{joined['place'] + 1}.", 1)
-        assert (await c.poll(altered))[:2] == (401, {"error": "INVALID_TICKET"})
-        status, body, _ = await Client(session, live_stack, sale + 10**9, 0).poll(joined["ticket"])
+        assert (await c.poll(buyer, altered))[:2] == (401, {"error": "INVALID_TICKET"})
+        elsewhere = Client(session, live_stack, sale + 10**9, 0)
+        status, body, _ = await elsewhere.poll(buyer, joined["ticket"])
         assert status == 404, body
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+async def test_only_the_tickets_own_buyer_may_poll_it(
+    gateway: str, live_stack: Settings, redis: RedisCluster
+) -> None:
+    """Buyer B polls buyer A's ticket with B's own token when A's place is admitted: refused,
+    no admission minted, and the refusals spend B's bucket; A's own poll then goes on."""
+    sale, item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
+    owner, other = next(_users), next(_users)
+    meta = f"{{room:{sale}}}:meta"
+    async with aiohttp.ClientSession(gateway) as session:
+        c = Client(session, live_stack, sale, item)
+        _, joined = await c.join(owner)
+        ticket: str = joined["ticket"]
+        place: int = joined["place"]
+
+        async def admitted_by_now() -> bool:
+            return int(await redis.hget(meta, "frontier") or 0) >= place
+
+        await until(admitted_by_now, 10, "the frontier reaching A's place")
+        not_yours = (403, {"error": "TICKET_NOT_YOURS"})
+        refused = [(await c.poll(other, ticket))[:2] for _ in range(3)]
+        assert refused == [not_yours] * 3
+        no_token = await c.send("GET", c.queue, {"X-Queue-Ticket": ticket})
+        assert no_token[:2] == (401, {"error": "UNAUTHORIZED"})
+        forged = {"Authorization": "Bearer x.y.z", "X-Queue-Ticket": ticket}
+        assert (await c.send("GET", c.queue, forged))[:2] == (401, {"error": "UNAUTHORIZED"})
+        # B's refusals count against B's bucket (burst 10, 3 spent), never A's.
+        answers = [(await c.poll(other, ticket))[0] for _ in range(15)]
+        assert answers[:7] == [403] * 7 and 429 in answers, answers
+        assert set(answers) == {403, 429}, answers
+        assert await c.buy(other, None) == (403, {"error": "ADMISSION_REQUIRED"})
+        assert _units_left(gateway, item) == 5  # nothing minted, nothing taken
+
+        body = await c.admitted(owner, ticket)  # its first poll (this gateway's tick may lag)
+        assert body["admission"].startswith(f"{owner}.{sale}.{place}."), body
+        assert (await c.buy(owner, body["admission"]))[0] == 202
+        assert _units_left(gateway, item) == 4
 
 
 @pytest.mark.integration
@@ -338,12 +385,12 @@ async def test_tickets_and_admissions_outlive_a_gateway_restart(
         async with aiohttp.ClientSession(base) as session:
             c = Client(session, live_stack, sale, item)
             tickets = [(await c.join(b))[1]["ticket"] for b in (first, second)]
-            admission = (await c.admitted(tickets[0]))["admission"]
+            admission = (await c.admitted(first, tickets[0]))["admission"]
     with running_gateway(live_stack, port, **_ENV) as base:  # a new process, nothing kept
         async with aiohttp.ClientSession(base) as session:
             c = Client(session, live_stack, sale, item)
             assert (await c.buy(first, admission))[0] == 202  # the old admission
-            status, body, _ = await c.poll(tickets[1])  # the old ticket
+            status, body, _ = await c.poll(second, tickets[1])  # the old ticket
             assert status == 200 and body["place"] == 2, body
             assert (await c.join(second))[1]["ticket"] == tickets[1]  # the same one again
-            assert (await c.admitted(tickets[1]))["place"] == 2
+            assert (await c.admitted(second, tickets[1]))["place"] == 2
