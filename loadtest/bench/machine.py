@@ -31,7 +31,11 @@ def git_commit() -> dict[str, Any]:
     """The code that was measured: ``git rev-parse --short HEAD``, whether the tree was clean,
     and if not, how many files differed."""
     head = _run(["git", "rev-parse", "--short", "HEAD"]).strip() or "unknown"
-    status = _run(["git", "status", "--porcelain"]).splitlines()
+    # The harness's own outputs (this page and the section files) are not the measured code:
+    # a run that has written an earlier section must not call the next one dirty.
+    status = _run(
+        ["git", "status", "--porcelain", "--", ".", ":!bench.md", ":!loadtest/reports"]
+    ).splitlines()
     modified = sum(1 for line in status if line and not line.startswith("??"))
     untracked = sum(1 for line in status if line.startswith("??"))
     changes = f"{modified} modified, {untracked} untracked files"
