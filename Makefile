@@ -26,11 +26,14 @@ check: setup
 # `lint` is the name CI and older docs use for `check`.
 lint: check
 
+# Two workers (pytest-xdist): the second brings up a stack of its own (tests/support/workers.py).
+WORKERS ?= 2
+
 test-fast: setup
-	@$(PY) -m pytest -m "not integration"
+	@$(PY) -m pytest -m "not integration" -n $(WORKERS)
 
 test: stack check
-	@$(PY) -m pytest
+	@$(PY) -m pytest -n $(WORKERS) --dist loadgroup
 
 bench: stack
 	@scripts/bootstrap --bench

@@ -1,8 +1,10 @@
 """Fixtures that reach the real local stack, starting it when it is not up, and the tiers: a
-test that uses one of them is marked ``integration`` (tests/support/tiers.py)."""
+test that uses one of them is marked ``integration`` (tests/support/tiers.py). Under
+pytest-xdist each worker has a stack of its own (tests/support/workers.py)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -14,10 +16,16 @@ from flashsale.migrate import migrate
 from kernel.settings import Settings, settings
 from shard_router import ShardRouter, VoucherStore
 from tests.support.tiers import mark_by_fixtures, refuse_stack_connections, server_fixture
+from tests.support.workers import apply_worker_overlay, schedule_by_module, this_worker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    apply_worker_overlay(os.environ)  # before anything reads the settings
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_by_fixtures(items)
+    schedule_by_module(items)
 
 
 @pytest.fixture(autouse=True)
@@ -36,10 +44,15 @@ def cfg() -> Settings:
 
 @server_fixture(scope="session")
 def live_stack(cfg: Settings) -> Iterator[Settings]:
-    """The stack, started if needed (idempotent), with migrations applied."""
+    """The stack, started if needed (idempotent), with migrations applied. A worker's own stack
+    (not the first worker's, which is the one `flashsale stack up` starts) is stopped at the
+    end of the session that started it."""
+    started_here = this_worker() > 0 and not stack.running(cfg)
     stack.up(cfg, quiet=True)
     migrate(cfg)
     yield cfg
+    if started_here:
+        stack.down(cfg)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ def private(cfg: Settings, prefix: str) -> Iterator[Settings]:
     18500 + 10k, held by a lock file while the block runs, so runs beside each other (and the
     default fleet, 10.77.0.0/24 on 18500) never meet. The lock is the slot's, whatever the
     prefix: the subnet and the port are. A slot's leftovers (a run killed mid-way) under this
-    prefix are removed by its next holder."""
-    locks = cfg.state_dir / "fleet-slots"
+    prefix are removed by its next holder. The locks live in the machine's temporary directory,
+    not the state directory: namespaces, subnets and ports are the machine's, and two stacks
+    (one per test worker) must not both take slot 1."""
+    locks = Path(tempfile.gettempdir()) / "flashsale-fleet-slots"
     locks.mkdir(parents=True, exist_ok=True)
     for k in range(1, PRIVATE_SLOTS + 1):
         with open(locks / f"slot{k}.lock", "w") as lock:

@@ -1,5 +1,5 @@
-"""The fleet's tests need root (namespaces, nftables), haproxy, and a stack already up: they
-use the shared stack as it is and never start, stop or migrate it. Each module's fleet is a
+"""The fleet's tests need root (namespaces, nftables) and haproxy; they use the stack the root
+conftest's ``live_stack`` brings up. Each module's fleet is a
 private one (``fleet.private``: its own name, subnet and balancer port), so it never meets the
 default fleet or another run's."""
 
@@ -14,8 +14,8 @@ import pytest
 
 from flashsale.fleet import fleet
 from flashsale.fleet.namespaces import Host
-from flashsale.stack.processes import port_open, settings_env
-from kernel.settings import Settings, settings
+from flashsale.stack.processes import settings_env
+from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from tests.support.constants import REDIS_TIMEOUT_MS
 from tests.support.tiers import server_fixture
@@ -25,15 +25,10 @@ FLEET_ENV = settings_env(**LIFTED_IP_LIMITS, redis_timeout_ms=REDIS_TIMEOUT_MS)
 
 
 @server_fixture(scope="module")
-def live_stack() -> Iterator[Settings]:
-    cfg = settings()
+def live_stack(live_stack: Settings) -> Iterator[Settings]:
     if os.geteuid() != 0 or not shutil.which("haproxy") or not shutil.which("nft"):
         pytest.skip("the fleet needs root, haproxy and nftables (scripts/bootstrap)")
-    first_broker = cfg.kafka_bootstrap.split(",")[0]
-    needed = [*cfg.redis_nodes, first_broker, f"127.0.0.1:{cfg.pg_port}"]
-    if not all(port_open(address) for address in needed):
-        pytest.skip("the stack is not up (`flashsale stack up`)")
-    with fleet.private(cfg, "fst") as mine:
+    with fleet.private(live_stack, "fst") as mine:
         yield mine
 
 

@@ -1,0 +1,98 @@
+"""One local stack per pytest-xdist worker, so that the fault rows of one worker (which kill,
+pause and slow the stack's servers) never reach the tests of another.
+
+Worker ``gw0`` (and a run without xdist) uses the stack ``flashsale stack up`` starts. Worker
+``gwN`` gets an environment in which every listener of the stack, the local gateway, the
+writer's and the job's metrics and the fleet's names, subnet and balancer port move by
+``N * PORT_STEP``, and its state lives in ``.stack-gwN``: a second stack, started by the
+``live_stack`` fixture on first use and stopped when that worker's session ends.
+
+The overlay is applied to ``os.environ`` before anything reads the settings, so every child a
+test starts (gateways, writers, the CLI) inherits it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, MutableMapping
+
+import pytest
+
+from kernel.resources import default_state_dir
+
+WORKER_VARIABLE = "PYTEST_XDIST_WORKER"  # set by pytest-xdist in each worker: gw0, gw1, ...
+PORT_STEP = 100
+
+
+def worker_index(environ: Mapping[str, str]) -> int:
+    worker = environ.get(WORKER_VARIABLE, "")
+    return int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+
+
+def stack_overlay(index: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """The ``FLASHSALE_*`` variables that give worker ``index`` a stack of its own (none for 0)."""
+    if index == 0:
+        return {}
+    step = index * PORT_STEP
+
+    def at(port: int) -> str:
+        return f"127.0.0.1:{port + step}"
+
+    pg_port = 54329 + step
+    return {
+        "FLASHSALE_STATE_DIR": f"{default_state_dir(environ)}-gw{index}",
+        "FLASHSALE_REDIS_NODES": ",".join(at(port) for port in range(7101, 7110)),
+        "FLASHSALE_KAFKA_BOOTSTRAP": at(19092),
+        "FLASHSALE_KAFKA_CONTROLLER_PORT": str(19093 + step),
+        "FLASHSALE_PG_PORT": str(pg_port),
+        "FLASHSALE_PG_DSN": f"postgresql://flashsale@127.0.0.1:{pg_port}/flashsale",
+        "FLASHSALE_PROMETHEUS_PORT": str(19090 + step),
+        "FLASHSALE_PROMETHEUS_URL": f"http://{at(19090)}",
+        "FLASHSALE_REDIS_EXPORTER_PORT": str(19121 + step),
+        "FLASHSALE_GATEWAY_PORT": str(8088 + step),
+        "FLASHSALE_WRITER_METRICS_PORT": str(9108 + step),
+        "FLASHSALE_RECONCILE_METRICS_PORT": str(9109 + step),
+        "FLASHSALE_GATEWAY_TARGETS": at(8088),
+        "FLASHSALE_WRITER_TARGETS": at(9108),
+        "FLASHSALE_JOB_TARGETS": at(9109),
+        "FLASHSALE_FLEET_NAME": f"fs{index}",
+        # Clear of the default fleet's 10.77.0.0/24 and fleet.private's 10.78.k.0/24.
+        "FLASHSALE_FLEET_SUBNET": f"10.{90 + index}.0.0/24",
+        "FLASHSALE_FLEET_BALANCER_PORT": str(18500 + 1000 * index),
+    }
+
+
+def apply_worker_overlay(environ: MutableMapping[str, str]) -> int:
+    """Give this process's worker its own stack; returns the worker's index."""
+    index = worker_index(environ)
+    environ.update(stack_overlay(index, environ))
+    return index
+
+
+def this_worker() -> int:
+    return worker_index(os.environ)
+
+
+# What a module's tests cost, roughly, by their marks: the fault rows run a sale under load
+# around a kill, a pause or a restart; a slow test takes seconds; an integration test a few
+# round trips to the stack.
+_COST_BY_MARK = (("faults", 30.0), ("slow", 10.0), ("integration", 1.0))
+
+
+def _cost(item: pytest.Item) -> float:
+    return next((cost for mark, cost in _COST_BY_MARK if item.get_closest_marker(mark)), 0.1)
+
+
+def schedule_by_module(items: list[pytest.Item]) -> None:
+    """Under xdist (``--dist loadgroup``): a module runs whole on one worker, so its module
+    fixtures start once and a fault row shares its stack with nothing else, and the costliest
+    modules are handed out first, so that no long module starts last on an idle machine."""
+    if WORKER_VARIABLE not in os.environ:
+        return
+    by_module: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        by_module.setdefault(module, []).append(item)
+        item.add_marker(pytest.mark.xdist_group(name=module))
+    ordered = sorted(by_module.values(), key=lambda group: -sum(map(_cost, group)))
+    items[:] = [item for group in ordered for item in group]
