@@ -13,8 +13,10 @@ from kernel.settings import Settings
 from rig.invariants import render
 from tests.support.system import Report
 from tests.support.tiers import server_fixture
+from tests.support.workers import worker_port
 
-FAULTS_PORT = 18411  # this package: gateways on 18411 and 18412, the PostgreSQL proxy on 18421
+# This package: gateways on 18411 and 18412, the PostgreSQL proxy on 18421 (in worker 0).
+FAULTS_PORT = worker_port(18411)
 RATE = 200.0  # purchases per second: steady on 2 cores beside the whole stack
 SHARDS = 4
 

@@ -23,10 +23,11 @@ from kernel.settings import Settings
 from tests.faults.conftest import RATE, SHARDS, show
 from tests.faults.redis_nodes import busiest_primary, heal, wait_promoted
 from tests.support.system import System
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
-PORT = 18413  # a port of this row's own (the package's other rows use 18411-18412)
+PORT = worker_port(18413)  # a port of this row's own (the package's other rows use 18411-18412)
 FAULT_AT_S = 4.0
 DURATION_S = 40.0  # at most: the load ends SELLING_S after the second sale is armed
 SELLING_S = 3.0

@@ -21,8 +21,9 @@ from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
 from rig.waiting import until
 from tests.support.gateway import new_sale, running_gateway
+from tests.support.workers import worker_port
 
-ADMISSION_PORT = 18093
+ADMISSION_PORT = worker_port(18093)
 TARGET_S, INTERVAL_S, BUDGET_S = 0.05, 0.03, 0.005
 
 

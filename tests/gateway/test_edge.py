@@ -22,10 +22,11 @@ from kernel.settings import Settings
 from rig.attack import READY_LINE, SUMMARY_PREFIX, until_closed
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-EDGE_PORT = 18091  # this module's gateways (the limits gateway takes +1)
+EDGE_PORT = worker_port(18091)  # this module's gateways (the limits gateway takes +1)
 HEADER_TIMEOUT_MS = 1500
 BODY_TIMEOUT_MS = 1500
 TRUSTED_PROXY = "127.0.0.2"  # loopback is all of 127/8: a client socket can bind any of it

@@ -45,10 +45,11 @@ from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, purchase_path
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, SERVICE, new_sale, running_gateway
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FUZZ_PORT = 18513
+FUZZ_PORT = worker_port(18513)
 EXAMPLES = 30  # per run (operation, mode, target): ~50 runs, ~1,500 requests
 STOCK = 5
 CHECKS = [

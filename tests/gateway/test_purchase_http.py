@@ -20,6 +20,7 @@ import pytest
 from gateway.auth import sign_token
 from kernel.settings import Settings
 from rig.http import client_session
+from tests.support.constants import PURCHASE_HTTP_PORT
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -40,7 +41,10 @@ _users = itertools.count(uuid.uuid4().int % 10**12 * 1000)
 def gateway(live_stack: Settings) -> Iterator[str]:
     # A generous per-IP bucket: every test buyer comes from 127.0.0.1.
     with running_gateway(
-        live_stack, 18089, FLASHSALE_IP_RATE_PER_S="1000000", FLASHSALE_IP_BURST="1000000"
+        live_stack,
+        PURCHASE_HTTP_PORT,
+        FLASHSALE_IP_RATE_PER_S="1000000",
+        FLASHSALE_IP_BURST="1000000",
     ) as base:
         yield base
 

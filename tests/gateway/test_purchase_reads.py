@@ -21,8 +21,9 @@ from gateway.catalog import Catalog, CatalogQuery
 from kernel.settings import Settings
 from rig.http import client_session
 from tests.support.gateway import running_gateway
+from tests.support.workers import worker_port
 
-PORT = 18411  # this module's gateway
+PORT = worker_port(18411)  # this module's gateway
 _READS = re.compile(r'^flashsale_catalog_reads_total\{catalog="catalog"\} ([0-9.e+]+)$', re.M)
 
 

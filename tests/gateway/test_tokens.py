@@ -34,8 +34,10 @@ from gateway.tokens import MAX_TOKEN_CHARS, canonical
 from kernel.settings import PROJECT_ROOT, Settings
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
+from tests.support.workers import worker_port
 
-TOKENS_PORT = 18511  # and +1: the gateway that must refuse to start (spikes take 184xx)
+# And +1: the gateway that must refuse to start (spikes take 184xx).
+TOKENS_PORT = worker_port(18511)
 SECRET = "t" * 64
 AUDIENCE = "flashsale"
 ISSUER = "https://id.example.test"

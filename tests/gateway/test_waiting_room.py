@@ -31,9 +31,10 @@ from rig.sale import LIFTED_IP_LIMITS, running_writer
 from rig.waiting import until, wait_until_async
 from shard_router import ShardRouter
 from tests.support.gateway import ADMIN, new_sale, running_gateway
+from tests.support.workers import worker_port
 
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 6 * 10**14)
-ROOM_PORT = 18097  # this module's gateway; the restart test's own takes +1
+ROOM_PORT = worker_port(18097)  # this module's gateway; the restart test's own takes +1
 _TICK_MS = 50
 _ENV = settings_env(**LIFTED_IP_LIMITS, waiting_room_tick_ms=_TICK_MS)
 

@@ -26,11 +26,12 @@ from shard_router import ShardRouter
 from tests.jobs.sales import users
 from tests.support.constants import QUICK_RELAY
 from tests.support.gateway import ADMIN, new_sale, running_gateway
+from tests.support.workers import worker_port
 from tests.support.writer import Topics, topics
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PORT = 18331  # this module's gateway (tests/support/constants.py keeps the others')
+PORT = worker_port(18331)  # this module's gateway (tests/support/constants.py keeps the others')
 QUANTITY, SHARDS, BUYERS, ARMS = 30, 4, 40, 10
 BUYING_S = 6.0  # buyers arrive over this long, while the arms run
 SETTLE_S = 60.0

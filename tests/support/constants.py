@@ -4,14 +4,17 @@ the settings its gateways run with. Tokens, secrets and the stack's addresses co
 
 from __future__ import annotations
 
-# Each module that starts gateways has ports of its own, so modules never meet on one.
-PURCHASE_HTTP_PORT = 18089  # tests/gateway/test_purchase_http.py
-PIPELINE_PORT = 18095  # tests/system/test_order_pipeline.py (and +1 for its doomed gateway)
-VOUCHER_PORT = 18301  # tests/system/test_vouchers.py
-SHORT_HOLD_PORT = 18302  # tests/system/test_vouchers.py: a 3 s hold, and the doomed gateway
-DASHBOARD_PORT = 18401  # tests/deploy/test_dashboard.py
-WATCH_PORT = 18402  # tests/flashsale/test_watch.py
-REPORT_PORT = 18403  # tests/flashsale/test_report.py
+from tests.support.workers import worker_port
+
+# Each module that starts gateways has ports of its own, so modules never meet on one; each
+# xdist worker moves them into a block of its own (worker_port).
+PURCHASE_HTTP_PORT = worker_port(18089)  # tests/gateway/test_purchase_http.py
+PIPELINE_PORT = worker_port(18095)  # tests/system/test_order_pipeline.py (+1: its doomed gateway)
+VOUCHER_PORT = worker_port(18301)  # tests/system/test_vouchers.py
+SHORT_HOLD_PORT = worker_port(18302)  # tests/system/test_vouchers.py: 3 s holds, doomed gateway
+DASHBOARD_PORT = worker_port(18401)  # tests/deploy/test_dashboard.py
+WATCH_PORT = worker_port(18402)  # tests/flashsale/test_watch.py
+REPORT_PORT = worker_port(18403)  # tests/flashsale/test_report.py
 
 # Tests share 2 cores with Redis, Kafka, PostgreSQL and the writer: a 250 ms Redis deadline
 # would turn scheduling hiccups into 503s. The deadline itself is tested with a paused node.

@@ -73,6 +73,15 @@ def this_worker() -> int:
     return worker_index(os.environ)
 
 
+TEST_PORT_STEP = 10_000  # a worker's fixed test ports: 18xxx, 28xxx, 38xxx, ...
+
+
+def worker_port(port: int) -> int:
+    """A module's fixed port (its gateway's, its proxy's) moved into this worker's block, so
+    that two modules with the same port on two workers never meet."""
+    return port + this_worker() * TEST_PORT_STEP
+
+
 # What a module's tests cost, roughly, by their marks: the fault rows run a sale under load
 # around a kill, a pause or a restart; a slow test takes seconds; an integration test a few
 # round trips to the stack.

@@ -32,10 +32,11 @@ from tests.support.gateway import ADMIN, new_sale, running_gateway
 from tests.support.purchase_load import LoadResult, PurchaseLoad
 from tests.support.system import fresh_buyers, request_deadline_s
 from tests.support.system_load import OpenLoad
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
-BROKER_FAULTS_PORT = 18321  # this module's gateway
+BROKER_FAULTS_PORT = worker_port(18321)  # this module's gateway
 RATE = 150.0  # purchases per second: steady on 2 cores beside 3 brokers, 6 Redis nodes, PG
 IN_SYNC_TIMEOUT_S = 90.0
 # A broker back after both others died: measured 6-25 s on 2 cores (25 s under a load average of

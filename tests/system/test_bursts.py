@@ -28,16 +28,17 @@ from loadtest.measure import latency
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.system import fresh_buyers
+from tests.support.workers import worker_port
 
 pytestmark = pytest.mark.integration
 
-BURSTS_PORT = 18341
+BURSTS_PORT = worker_port(18341)
 RATE_CONNECTIONS, RATE_S = 128, 2.0
 BURST_OF_S = 0.5  # a burst of what the gateway answers in half a second
 MAX_SHED = 0.01
 MAX_SEND_SPREAD_S = 0.2  # the client writes the whole burst within a fifth of its second
 OVERLOAD, OVERLOAD_S, OVERLOAD_CONNECTIONS = 4, 3.0, 2048
-OVERLOAD_PORT, OVERLOAD_BUDGET_MS, OVERLOAD_MIN_IN_FLIGHT = 18342, 250, 64
+OVERLOAD_PORT, OVERLOAD_BUDGET_MS, OVERLOAD_MIN_IN_FLIGHT = worker_port(18342), 250, 64
 CAPACITY_S, CAPACITY_CONNECTIONS = 2.0, 256
 SERVER_CORE, GENERATOR_CORE = 1, 0  # the overload's gateway and vegeta, each on its own core
 VEGETA = shutil.which("vegeta") or str(Path(sys.executable).parent / "vegeta")

@@ -33,11 +33,12 @@ from kernel.settings import Settings
 from tests.support.kafka import admin_client, create_topics, delete_topics
 from tests.support.system import GatewaySpec, System, fresh_buyers
 from tests.support.system_load import Answer, OpenLoad, buy
+from tests.support.workers import worker_port
 from tests.support.writer import make_item
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-PORT = 18471  # this module's gateways: 18471 and 18472
+PORT = worker_port(18471)  # this module's gateways: 18471 and 18472
 PARTITIONS = 4
 SHARDS = 4
 RATE = 200.0  # purchases per second, as the fault rows

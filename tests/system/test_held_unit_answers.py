@@ -20,10 +20,11 @@ from rig.sale import LIFTED_IP_LIMITS
 from tests.shard_router.minicluster import MiniCluster, mini_cluster
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.system import fresh_buyers
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults]
 
-HELD_UNIT_PORT = 18322  # this module's gateway
+HELD_UNIT_PORT = worker_port(18322)  # this module's gateway
 RETRY_WITHIN_S = 15.0  # the breaker's cooldown and a probe, once the replicas are back
 
 

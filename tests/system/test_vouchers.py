@@ -33,6 +33,7 @@ from shard_router import VoucherStore, voucher_keys
 from tests.support.constants import QUICK_RELAY, SHORT_HOLD_PORT, VOUCHER_PORT
 from tests.support.gateway import ADMIN, SERVICE, running_gateway
 from tests.support.kafka import scratch_topics
+from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 
@@ -92,7 +93,7 @@ async def http(gateway: str) -> AsyncIterator[aiohttp.ClientSession]:
 
 
 # A gateway whose orders may carry one use of each of several vouchers.
-COMBINING_PORT = 18303
+COMBINING_PORT = worker_port(18303)
 
 
 @pytest.fixture(scope="module")
