@@ -24,7 +24,9 @@ import msgspec
 from domain.sales import NewSale, create_sale
 from flashsale.stack.processes import (
     LIFTED_IP_LIMITS,
+    StackError,
     http_ready,
+    port_open,
     process_group,
     settings_env,
     wait_ready,
@@ -56,6 +58,9 @@ def running_gateway(
     (``FLASHSALE_*``) on top of ours, its output appended to ``log`` if given, pinned to
     ``core`` (a ``taskset`` list) if given; yields its base URL once it is ready."""
     base = f"http://{cfg.gateway_host}:{port}"
+    if port_open(f"{cfg.gateway_host}:{port}"):
+        # Its readiness probe would be answered by whatever holds the port.
+        raise StackError(f"cannot start a gateway on port {port}: something listens there")
     environ = {**settings_env(gateway_port=port), **(env or {})}
     argv = [sys.executable, "-m", "gateway"]
     if core is not None:
