@@ -169,7 +169,7 @@ EDITS: tuple[tuple[str, str, str], ...] = (
 
 def stamp(src: Path, dst: Path, stamps_dir: Path = STAMPS_DIR) -> Path:
     """Copy the project at ``src`` to ``dst`` (code only) and insert the stamps."""
-    ignore = shutil.ignore_patterns(".venv", ".stack", ".git", "reports", "__pycache__", ".*cache")
+    ignore = shutil.ignore_patterns(".venv", ".stack*", ".git", "reports", "__pycache__", ".*cache")
     shutil.copytree(src, dst, ignore=ignore, dirs_exist_ok=False)
     (dst / "kernel" / "stagetimes.py").write_text(
         _RECORDER.replace("STAMPS_DIR", repr(str(stamps_dir)))

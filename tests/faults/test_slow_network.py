@@ -25,7 +25,9 @@ from tests.support.system_load import Answer, OpenLoad
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
-PROXY_PORT_OFFSET = 100  # a node's proxy listens on its port + 100 (7421 -> 7521)
+# A node's proxy listens on its port + 50 (7101 -> 7151): between one stack's nodes and the
+# next one's (tests/support/workers.py moves a stack's by 100).
+PROXY_PORT_OFFSET = 50
 # PostgreSQL's proxy: a fixed port below the ephemeral range (32768+), where an outgoing
 # connection's local port could already hold it.
 PG_PROXY_PORT = FAULTS_PORT + 10

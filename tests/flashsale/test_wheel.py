@@ -35,7 +35,7 @@ STEP_TIMEOUT_S = 60
 READY_TIMEOUT_S = 30
 # Never part of a wheel: copying them would only slow the build down.
 _NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", ".stack", "build", "*.egg-info", "__pycache__", ".*cache", "reports"
+    ".git", ".venv", ".stack*", "build", "*.egg-info", "__pycache__", ".*cache", "reports"
 )
 # What the installed interpreter reports about itself: where the project's code, Lua scripts,
 # migrations and state directory come from.

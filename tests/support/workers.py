@@ -73,13 +73,22 @@ def this_worker() -> int:
     return worker_index(os.environ)
 
 
-TEST_PORT_STEP = 10_000  # a worker's fixed test ports: 18xxx, 28xxx, 38xxx, ...
+# A module's fixed test ports lie in 18000-18599 (worker 0). Worker N >= 1 takes the block
+# of 600 at 61000 + 600(N-1): above the kernel's ephemeral ports (32768-60999), where no
+# outgoing connection holds one, and clear of the stacks' ports (below 20000 + 1000N).
+TEST_PORTS = range(18000, 18600)
+WORKER_TEST_PORTS_AT = 61000
 
 
 def worker_port(port: int) -> int:
     """A module's fixed port (its gateway's, its proxy's) moved into this worker's block, so
     that two modules with the same port on two workers never meet."""
-    return port + this_worker() * TEST_PORT_STEP
+    if port not in TEST_PORTS:
+        raise ValueError(f"a test's fixed port lies in {TEST_PORTS.start}-{TEST_PORTS.stop - 1}")
+    index = this_worker()
+    if index == 0:
+        return port
+    return WORKER_TEST_PORTS_AT + len(TEST_PORTS) * (index - 1) + port - TEST_PORTS.start
 
 
 # What a module's tests cost, roughly, by their marks: the fault rows run a sale under load
