@@ -101,16 +101,21 @@ def _cost(item: pytest.Item) -> float:
     return next((cost for mark, cost in _COST_BY_MARK if item.get_closest_marker(mark)), 0.1)
 
 
+EXCLUSIVE_GROUP = "exclusive"
+
+
 def schedule_by_module(items: list[pytest.Item]) -> None:
     """Under xdist (``--dist loadgroup``): a module runs whole on one worker, so its module
-    fixtures start once and a fault row shares its stack with nothing else, and the costliest
-    modules are handed out first, so that no long module starts last on an idle machine."""
+    fixtures start once; the modules marked ``exclusive`` (the whole-system rows, calibrated to
+    have the stack and the machine to themselves) form one group, so no two of them ever run
+    at once; the costliest groups are handed out first, so that no long one starts last."""
     if WORKER_VARIABLE not in os.environ:
         return
-    by_module: dict[str, list[pytest.Item]] = {}
+    groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
-        by_module.setdefault(module, []).append(item)
-        item.add_marker(pytest.mark.xdist_group(name=module))
-    ordered = sorted(by_module.values(), key=lambda group: -sum(map(_cost, group)))
+        group = EXCLUSIVE_GROUP if item.get_closest_marker("exclusive") else module
+        groups.setdefault(group, []).append(item)
+        item.add_marker(pytest.mark.xdist_group(name=group))
+    ordered = sorted(groups.values(), key=lambda group: -sum(map(_cost, group)))
     items[:] = [item for group in ordered for item in group]
