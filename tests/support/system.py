@@ -46,6 +46,7 @@ from rig.invariants import (
     units_loaded,
     wait_for_caught_up,
 )
+from rig.pressure import CpuPressure
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.constants import DRAIN_MS, QUICK_RELAY, REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
@@ -157,6 +158,7 @@ class System:
         self.bases = [f"http://{cfg.gateway_host}:{port + i}" for i in range(len(self.specs))]
         self.deadline_s = request_deadline_s(cfg)
         self._writer_env = dict(writer_env or {})
+        self._pressure: CpuPressure | None = None
         self._with_writer = writer
         self._gateways: list[Popen | None] = [None] * len(self.specs)
         self._jobs: dict[str, Popen] = {}
@@ -269,6 +271,8 @@ class System:
         chosen = [
             self.bases[i] for i in (targets if targets is not None else range(len(self.bases)))
         ]
+        if self._pressure is None:
+            self._pressure = CpuPressure()  # from the first load to the checker
         return OpenLoad(
             self.cfg,
             chosen,
@@ -297,7 +301,12 @@ class System:
             [sale.item_id],
             got | (accepted or set()),
             loaded={sale.item_id: sale.loaded},
-            answers=Answers(answers, self.deadline_s + SLACK_S, excused),
+            answers=Answers(
+                answers,
+                self.deadline_s + SLACK_S,
+                excused,
+                None if self._pressure is None else self._pressure.share(),
+            ),
             drain_timeout_s=DRAIN_TIMEOUT_S,
         )
         statuses = Counter(a.status for a in answers)
