@@ -46,7 +46,7 @@ from rig.invariants import (
     units_loaded,
     wait_for_caught_up,
 )
-from rig.pressure import CpuPressure
+from rig.pressure import PRESSURED, CpuPressure
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.constants import DRAIN_MS, QUICK_RELAY, REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
@@ -110,6 +110,12 @@ class Report:
     failed: int
     drift: int
     checks: list[Check]
+    cpu_pressure: float | None = None  # rig.pressure's share from the first load to the check
+
+    @property
+    def pressured(self) -> bool:
+        """Was the machine too starved of CPU for a latency bound to mean anything?"""
+        return self.cpu_pressure is not None and self.cpu_pressure >= PRESSURED
 
     @property
     def worst_latency_s(self) -> float:
@@ -125,8 +131,9 @@ class Report:
             f" 503 {s[503]} {codes}, other {others}{f' {lost}' if lost else ''},"
             f" orders {self.orders}, FAILED {self.failed},"
             f" drift {self.drift}, worst latency {self.worst_latency_s:.2f}s,"
-            f" resent after a closed keep-alive {sum(a.resent for a in self.answers)}, "
-            + ("PASS" if self.passed else "FAIL")
+            f" resent after a closed keep-alive {sum(a.resent for a in self.answers)},"
+            + ("" if self.cpu_pressure is None else f" CPU pressure {self.cpu_pressure:.0%},")
+            + (" PASS" if self.passed else " FAIL")
         )
 
     @property
@@ -296,17 +303,13 @@ class System:
         ``calm_until_s`` (the fault, on the load's clock) the sale must sell as usual: a row in
         which nothing sold would otherwise keep every invariant."""
         got = {a.order_id for a in answers if a.status == 202 and a.order_id}
+        pressure = None if self._pressure is None else self._pressure.share()
         run = check_run(
             self.cfg,
             [sale.item_id],
             got | (accepted or set()),
             loaded={sale.item_id: sale.loaded},
-            answers=Answers(
-                answers,
-                self.deadline_s + SLACK_S,
-                excused,
-                None if self._pressure is None else self._pressure.share(),
-            ),
+            answers=Answers(answers, self.deadline_s + SLACK_S, excused, pressure),
             drain_timeout_s=DRAIN_TIMEOUT_S,
         )
         statuses = Counter(a.status for a in answers)
@@ -314,7 +317,9 @@ class System:
         if calm_until_s is not None:
             # Answered before the fault: a request in flight when it struck may meet it.
             checks.insert(1, _calm([a for a in answers if a.done_s < calm_until_s]))
-        return Report(self.row, answers, statuses, run.orders, run.failed, run.drift, checks)
+        return Report(
+            self.row, answers, statuses, run.orders, run.failed, run.drift, checks, pressure
+        )
 
     def _still_running(self) -> Check:
         """A process that died on its own (a crash at start, say) is a failure of the row."""

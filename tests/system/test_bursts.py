@@ -25,6 +25,7 @@ from gateway.auth import sign_token
 from kernel.settings import Settings
 from loadtest.generators import vegeta
 from loadtest.measure import latency
+from rig.pressure import PRESSURED, CpuPressure
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import new_sale, running_gateway
 from tests.support.system import fresh_buyers
@@ -170,6 +171,7 @@ class Overload:
     accepted_late_p99_s: float  # from when it was due: open loop, the client's lag included
     goodput: float
     refused_by: dict[str, float]
+    cpu_pressure: float | None  # rig.pressure's share over both runs
 
 
 def _attack(
@@ -200,6 +202,7 @@ def _attack(
 def _overload(target: Target, workdir: Path) -> Overload:
     # The capacity from vegeta too, closed loop: the test's own Python client is the slower
     # party (it measured a quarter of what the gateway then answered open loop).
+    pressure = CpuPressure()
     closed = _attack(target, workdir, 0, CAPACITY_S, CAPACITY_CONNECTIONS)
     first = min(h.sent_ns for h in closed)
     last = max(h.sent_ns + h.latency_ns for h in closed)
@@ -224,6 +227,7 @@ def _overload(target: Target, workdir: Path) -> Overload:
         / 1000,
         len(accepted) / last_202_s,
         {reason: after[reason] - before.get(reason, 0.0) for reason in after},
+        pressure.share(),
     )
 
 
@@ -257,6 +261,7 @@ def overload(live_stack: Settings, tmp_path_factory: pytest.TempPathFactory) -> 
         f"{run.sent_rate:.0f}/s: {dict(run.statuses)}, refused by {run.refused_by}, goodput "
         f"{run.goodput:.0f} 202/s, accepted p99 {run.accepted_p99_s:.2f} s from sent, "
         f"{run.accepted_late_p99_s:.2f} s from due"
+        + ("" if run.cpu_pressure is None else f", CPU pressure {run.cpu_pressure:.0%}")
     )
     return run
 
@@ -266,5 +271,8 @@ def test_a_sustained_overload_is_shed(overload: Overload) -> None:
     assert overload.refused_by.get("in_flight", 0) + overload.refused_by.get("behind", 0) > 0
     assert overload.statuses[503] > 0
     assert set(overload.statuses) <= {202, 503}, overload.statuses
-    # Goodput stays near the capacity (half of it: the rate itself swings on this box).
-    assert overload.goodput >= overload.capacity / 2
+    # Goodput stays near the capacity (half of it: the rate itself swings on this box), unless
+    # something else took the cores between the two runs: then the ratio is only reported.
+    pressure = overload.cpu_pressure
+    if pressure is None or pressure < PRESSURED:
+        assert overload.goodput >= overload.capacity / 2
