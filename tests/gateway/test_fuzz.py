@@ -49,7 +49,7 @@ from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-FUZZ_PORT = worker_port(18598)
+FUZZ_PORT = worker_port(18113)
 EXAMPLES = 30  # per run (operation, mode, target): ~50 runs, ~1,500 requests
 STOCK = 5
 CHECKS = [

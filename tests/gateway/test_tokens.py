@@ -36,8 +36,8 @@ from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 from tests.support.workers import worker_port
 
-# And +1: the gateway that must refuse to start (spikes take 184xx, private fleets 18510-18591).
-TOKENS_PORT = worker_port(18596)
+# And +1: the gateway that must refuse to start.
+TOKENS_PORT = worker_port(18111)
 SECRET = "t" * 64
 AUDIENCE = "flashsale"
 ISSUER = "https://id.example.test"

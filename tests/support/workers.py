@@ -73,10 +73,10 @@ def this_worker() -> int:
     return worker_index(os.environ)
 
 
-# A module's fixed test ports lie in 18000-18599 (worker 0). Worker N >= 1 takes the block
-# of 600 at 61000 + 600(N-1): above the kernel's ephemeral ports (32768-60999), where no
+# A module's fixed test ports lie in 18000-18499 (worker 0). Worker N >= 1 takes the block
+# of 500 at 61000 + 500(N-1): above the kernel's ephemeral ports (32768-60999), where no
 # outgoing connection holds one, and clear of the stacks' ports (below 20000 + 1000N).
-TEST_PORTS = range(18000, 18600)
+TEST_PORTS = range(18000, 18500)
 WORKER_TEST_PORTS_AT = 61000
 
 
