@@ -22,7 +22,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from flashsale.fleet import haproxy
+from flashsale.fleet import client_buckets, haproxy
 from flashsale.fleet.client_buckets import BuyerTokens
 from flashsale.fleet.haproxy import Edge
 from gateway.errors import RateLimited
@@ -135,3 +135,10 @@ def test_rs256_tokens_are_verified_with_the_public_key(backend: Backend, tmp_pat
         confused = _hs256("11", public.encode())
         assert _statuses(client, confused, BURST + 1) == [202] * (BURST + 1)
         assert _statuses(client, _token("11", pem, "RS256"), BURST + 1) == [202] * BURST + [429]
+
+
+def test_a_secret_haproxy_cannot_be_given_is_refused_when_rendering() -> None:
+    """The secret sits in single quotes once haproxy expands it: one inside would end them."""
+    with pytest.raises(ValueError, match="single quote"):
+        client_buckets.guard(BuyerTokens(("HS256",), secret="it's-a-secret" * 5))
+    assert "FLASHSALE_JWT_SECRET" in client_buckets.guard(BuyerTokens(("HS256",), secret=SECRET))
