@@ -260,18 +260,21 @@ def _start_balancer(
     cfg: Settings, hosts: list[Host], extra: Mapping[str, str], pin: list[str]
 ) -> None:
     root = paths(cfg)
+    edge = haproxy.Edge.of(_overlay(cfg, extra))  # the limits its gateways keep, once for all
     text = haproxy.render(
         hosts,
         cfg.gateway_port,
         cfg.fleet_balancer_port,
         root.socket,
         root.root / "haproxy.pid",
-        haproxy.Edge.of(_overlay(cfg, extra)),  # the limits its gateways keep, once for all
+        edge,
         operator_port(cfg),
+        haproxy.write_key(edge, root.root),
     )
     root.config.write_text(text)
     managed = balancer(cfg)
-    managed.start([*pin, "haproxy", "-db", "-f", str(root.config)], marker="haproxy")
+    argv = [*pin, "haproxy", "-db", "-f", str(root.config)]
+    managed.start(argv, marker="haproxy", env={**os.environ, **edge.environment()})
 
     def all_up() -> bool:
         states = haproxy.server_states(root.socket)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from string import Template
 
+from flashsale.fleet import client_buckets
+from flashsale.fleet.client_buckets import Bucket, BuyerTokens
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import port_open, process_group, wait_ready
 from gateway.admission import OVERLOADED
@@ -24,23 +26,26 @@ from kernel.settings import Settings, settings
 TEMPLATE = asset("deploy", "haproxy", "haproxy.cfg.tmpl")
 CLIENT_BUCKET_LUA = TEMPLATE.with_name("client_bucket.lua")
 SOLD_OUT_TABLE = "soldout"  # the frontend's sold-out entries: purchase paths, with an expire
-BUYER_PREFIX = "/api/flash-sales/"  # the routes a gateway counts in its per-address bucket
+KEY_FILE = "jwt_public_key.pem"  # beside the configuration, when buyer tokens are RS or ES
 
 
 @dataclass(frozen=True, slots=True)
 class Edge:
     """The balancer's overload and connection limits (Settings ``edge_*``), the per-client
-    address bucket it keeps for every gateway behind it (``ip_rate_per_s``, ``ip_burst``; None:
-    none), the paths its public listener forwards, and how long a sold-out entry lives past
-    its last confirmation (``sold_out_flag_ttl_ms``)."""
+    buckets it keeps for every gateway behind it (per address: ``ip_rate_per_s``,
+    ``ip_burst``; per buyer: ``user_rate_per_s``, ``user_burst``, with how it verifies buyer
+    tokens; None: none), the paths its public listener forwards, and how long a sold-out entry
+    lives past its last confirmation (``sold_out_flag_ttl_ms``)."""
 
     server_maxconn: int
     queue_per_server: int
     queue_timeout_ms: int
     maxconn: int
-    client_bucket: tuple[float, float] | None = None
+    address_bucket: Bucket | None = None
     public_prefixes: tuple[str, ...] = ("/",)
     sold_out_ttl_ms: int = 1000
+    buyer_bucket: Bucket | None = None
+    buyer_tokens: BuyerTokens | None = None
 
     @classmethod
     def of(cls, cfg: Settings) -> Edge:
@@ -52,7 +57,27 @@ class Edge:
             (cfg.ip_rate_per_s, cfg.ip_burst),
             cfg.edge_public_prefixes,
             cfg.sold_out_flag_ttl_ms,
+            (cfg.user_rate_per_s, cfg.user_burst),
+            BuyerTokens.of(cfg),
         )
+
+    def environment(self) -> dict[str, str]:
+        """What haproxy's process needs in its environment for this edge (the key it verifies
+        buyer tokens with, kept out of the configuration's text)."""
+        if self.buyer_bucket is None or self.buyer_tokens is None:
+            return {}
+        return self.buyer_tokens.environment()
+
+
+def write_key(edge: Edge, directory: Path) -> Path | None:
+    """The public key buyer tokens are verified with, written where the configuration that
+    `render` gives ``directory / KEY_FILE`` finds it; None: no key file is needed."""
+    tokens = edge.buyer_tokens
+    if edge.buyer_bucket is None or tokens is None or not tokens.public_key:
+        return None
+    path = directory / KEY_FILE
+    path.write_text(tokens.public_key)
+    return path
 
 
 def _quoted(body: bytes) -> str:
@@ -62,18 +87,13 @@ def _quoted(body: bytes) -> str:
     return text
 
 
-def _client_bucket(edge: Edge) -> str:
-    if edge.client_bucket is None:
-        return ""
-    rate, burst = edge.client_bucket
-    body = _quoted(encode(RateLimited(retry_after=1).body()))
-    return (
-        "    # One bucket per client address for the whole fleet (client_bucket.lua), the one\n"
-        "    # a gateway keeps; its 429 is the gateway's, Retry-After computed as it does.\n"
-        f"    http-request lua.client_bucket {rate!r} {burst!r} if {{ path_beg {BUYER_PREFIX} }}\n"
-        f"    http-request return status 429 content-type \"application/json\" string '{body}'"
-        ' hdr retry-after "%[var(txn.retry_after)]" hdr server granian'
-        ' hdr date "%[date,http_date]" if { var(txn.retry_after) -m found }'
+def _client_buckets(edge: Edge, key_file: Path | None) -> str:
+    return client_buckets.render(
+        _quoted(encode(RateLimited(retry_after=1).body())),
+        edge.address_bucket,
+        edge.buyer_bucket,
+        edge.buyer_tokens,
+        key_file,
     )
 
 
@@ -97,7 +117,9 @@ def render(
     pidfile: Path,
     edge: Edge,
     operator_port: int | None = None,
+    key_file: Path | None = None,
 ) -> str:
+    """The configuration; ``key_file``: where `write_key` put the public key, if it did."""
     servers = "\n".join(
         line
         for h in hosts
@@ -107,6 +129,7 @@ def render(
         )
     )
     return Template(TEMPLATE.read_text()).substitute(
+        guard=client_buckets.guard(edge.buyer_tokens if edge.buyer_bucket else None),
         socket=socket_path,
         pidfile=pidfile,
         port=port,
@@ -121,7 +144,7 @@ def render(
         not_found_body=_quoted(encode(NotFound().body())),
         public_prefixes=" ".join(edge.public_prefixes),
         client_bucket_lua=CLIENT_BUCKET_LUA,
-        client_bucket=_client_bucket(edge),
+        client_buckets=_client_buckets(edge, key_file),
         operators=_operators(operator_port),
         servers=servers,
     )
@@ -148,11 +171,13 @@ def serving(
     host, gateway_port = gateway.rsplit(":", 1)
     workdir.mkdir(parents=True, exist_ok=True)
     sock, config = workdir / "haproxy.sock", workdir / "haproxy.cfg"
-    text = render(
-        [Host(1, host)], int(gateway_port), port, sock, workdir / "pid", edge or Edge.of(settings())
-    )
+    edge = edge or Edge.of(settings())
+    key_file = write_key(edge, workdir)
+    hosts = [Host(1, host)]
+    text = render(hosts, int(gateway_port), port, sock, workdir / "pid", edge, None, key_file)
     config.write_text(text)
-    with process_group([*prefix, "haproxy", "-db", "-f", str(config)], log=log) as proc:
+    argv = [*prefix, "haproxy", "-db", "-f", str(config)]
+    with process_group(argv, log=log, env=edge.environment()) as proc:
 
         def ready() -> bool:
             return port_open(f"127.0.0.1:{port}") and server_states(sock).get("gw1") == "UP"

@@ -100,6 +100,12 @@ def balancer(s: Sizing) -> list[Doc]:
         "name": "haproxy",
         "image": s.haproxy_image,
         "command": ["haproxy", "-db", "-f", f"{CONFIG_DIR}/haproxy.cfg"],
+        # The key it verifies buyer tokens with (flashsale/fleet/client_buckets.py), from the
+        # Secret the gateways read it from; never in the ConfigMap.
+        "env": [
+            {"name": name, "valueFrom": {"secretKeyRef": {"name": SECRETS, "key": name}}}
+            for name in Edge.of(Settings()).environment()
+        ],
         "ports": [{"name": "edge", "containerPort": EDGE_PORT}],
         "readinessProbe": {**tcp, "failureThreshold": 2},
         "livenessProbe": {**tcp, "failureThreshold": 5},

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -24,6 +22,7 @@ from gateway.admission import OVERLOADED
 from gateway.responses import render
 from kernel.settings import settings
 from rig.ports import free_port
+from tests.deploy.backend import Backend
 
 pytestmark = [pytest.mark.slow]
 
@@ -32,64 +31,10 @@ KEEPALIVE_S = 1.0  # its timeout http-keep-alive
 SLACK_S = 1.0  # haproxy's timer wheel and a shared 2-core box
 
 
-class Backend(ThreadingHTTPServer):
-    """/readyz answers at once; a POST waits until the test releases it."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.release = threading.Event()
-        self.started = threading.Semaphore(0)  # one per POST the backend got
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass  # haproxy closing a check's or a released request's connection first
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.server_address[1]}"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: Backend
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._answer(b"{}")
-
-    def do_POST(self) -> None:  # noqa: N802
-        self.server.started.release()
-        self.server.release.wait(10)
-        self._answer(b'{"orderId":1,"status":"PENDING"}', 202)
-
-    def _answer(self, body: bytes, status: int = 200) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *_args: object) -> None:
-        pass
-
-
 @dataclass
 class Edged:
     backend: Backend
     balancer: Balancer
-
-
-@pytest.fixture
-def backend() -> Iterator[Backend]:
-    server = Backend()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.release.set()
-        server.shutdown()
-        server.server_close()
 
 
 def _edge(backend: Backend, tmp_path: Path, edge: Edge | None) -> Iterator[Edged]:

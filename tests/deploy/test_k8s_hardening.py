@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import importlib.metadata
+import os
 import re
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import yaml
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.capacity import edge, k8s, plan
-from loadtest.capacity.manifests import GATEWAY_PORT, migrate_name
+from loadtest.capacity.manifests import CONFIG, GATEWAY_PORT, SECRETS, migrate_name
 from tests.deploy import pod_security
 from tests.deploy.test_k8s import _by_kind, _docs, _validate
 from tests.loadtest.test_planner import _balancer_section, _results, write_sections
@@ -238,14 +239,28 @@ def test_haproxy_accepts_the_balancers_configuration(tmp_path: Path) -> None:
     for name, body in config.items():  # the ConfigMap's mount, here
         body = body.replace(edge.CONFIG_DIR, str(tmp_path)).replace(edge.RUN_DIR, str(tmp_path))
         (tmp_path / name).write_text(body)
-    checked = subprocess.run(
-        ["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    balancers = _by_kind(DEPLOY, "Deployment", edge.BALANCER)["spec"]["template"]["spec"]
+    haproxy = balancers["containers"][0]
+    # Its buyer-token key comes from the Secret (its value here a stand-in), not the ConfigMap.
+    refs = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in haproxy["env"] if "valueFrom" in e}
+    assert refs == {"FLASHSALE_JWT_SECRET": {"name": SECRETS, "key": "FLASHSALE_JWT_SECRET"}}
+    assert "FLASHSALE_JWT_SECRET" not in _by_kind(DEPLOY, "ConfigMap", CONFIG)["data"]
+
+    def check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["haproxy", "-c", "-f", str(tmp_path / "haproxy.cfg")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env={k: v for k, v in os.environ.items() if k not in refs} | env,
+        )
+
+    checked = check({name: "s" * 64 for name in refs})
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # Without its key it refuses to start: an empty HMAC key verifies tokens anyone signs.
+    refused = check({})
+    assert refused.returncode != 0 and "FLASHSALE_JWT_SECRET" in refused.stderr, refused.stderr
 
 
 def test_a_template_without_what_the_cluster_changes_is_refused() -> None:
