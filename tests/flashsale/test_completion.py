@@ -1,6 +1,7 @@
 """``flashsale completion bash|zsh``: the script names every command and subcommand the parser
-has, under its parent, and every option of a command; bash parses the bash one (zsh is not
-installed here to parse its own)."""
+has, under its parent, and every option of a command; then each shell loads its own script and
+completes with it (bash through its completion function, zsh in a real interactive zsh on a
+pseudo-terminal, with compinit, as a user's shell would)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import argparse
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -78,3 +80,90 @@ def test_the_command_prints_the_script_and_refuses_another_shell(
     refused = run(capsys, "completion", "fish")
     assert refused.status == 2
     assert refused.err == "flashsale: SHELL: invalid choice: 'fish' (choose from 'bash', 'zsh')\n"
+
+
+def _bash_complete(words: list[str]) -> list[str]:
+    """What bash offers for the last of ``words`` once the script is sourced (COMPREPLY)."""
+    driver = (
+        'source /dev/stdin; [[ $(complete -p flashsale) == *"-F _shtab_flashsale flashsale" ]]'
+        ' || exit 3; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _shtab_flashsale;'
+        ' printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    ran = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", driver, "bash", *words],
+        input=script("bash"),
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.split()
+
+
+def test_bash_completes_commands_subcommands_and_options_from_the_sourced_script() -> None:
+    assert set(_bash_complete(["flashsale", ""])) == set(next(_tree(build_parser()))[1])
+    assert _bash_complete(["flashsale", "fleet", "st"]) == ["status"]
+    assert _bash_complete(["flashsale", "completion", "z"]) == ["zsh"]
+    assert _bash_complete(["flashsale", "fleet", "up", "--gat"]) == ["--gateways"]
+
+
+# An interactive zsh on a pseudo-terminal (zsh/zpty): compinit with the script's directory on
+# $fpath, as the docs install it, and Tab bound to a widget that completes the typed line, prints
+# the result between markers and exits. The marker is spelt so that the echo of the widget's own
+# definition cannot match it.
+_ZSH_DRIVER = r"""
+zmodload zsh/zpty || exit 3
+zpty z zsh -f -i
+zpty -w z "PS1=; fpath=(${(q)1} \$fpath); autoload -Uz compinit; compinit -u -D"
+zpty -w z 'typed() { zle complete-word; print -r -- "${(U):-done}[$BUFFER]"; exit; }'
+zpty -w z 'zle -N typed; bindkey "^I" typed'
+zpty -w -n z "$2"$'\t'
+zpty -r z out '*DONE\[*\]'
+print -r -- "${${out##*DONE\[}%\]*}"
+zpty -d z
+"""
+
+
+def _zsh_complete(home: Path, line: str, installed: bool = True) -> str:
+    """The command line after one Tab on ``line`` in an interactive zsh started in ``home``
+    (where the script is, when ``installed``)."""
+    fpath = home if installed else home / "absent"
+    ran = subprocess.run(
+        ["zsh", "-f", "-c", _ZSH_DRIVER, "zsh", str(fpath), line],
+        cwd=home,
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout.rstrip("\n")
+
+
+def test_zsh_loads_the_script_and_registers_its_completion_function() -> None:
+    # eval, as `eval "$(flashsale completion zsh)"` in a .zshrc after compinit: compdef names it.
+    checked = subprocess.run(
+        [
+            "zsh",
+            "-f",
+            "-c",
+            'autoload -Uz compinit && compinit -u -D && eval "$(cat)" && '
+            "print -r -- $+functions[_shtab_flashsale] $_comps[flashsale]",
+        ],
+        input=script("zsh"),
+        text=True,
+        capture_output=True,
+        timeout=30,
+    )
+    assert (checked.returncode, checked.stderr) == (0, "")
+    assert checked.stdout == "1 _shtab_flashsale\n"
+
+
+def test_zsh_completes_commands_subcommands_and_options_from_fpath(tmp_path: Path) -> None:
+    (tmp_path / "_flashsale").write_text(script("zsh"))
+    assert _zsh_complete(tmp_path, "flashsale fle") == "flashsale fleet "
+    assert _zsh_complete(tmp_path, "flashsale fleet st") == "flashsale fleet status "
+    assert _zsh_complete(tmp_path, "flashsale sale cr") == "flashsale sale create "
+    assert _zsh_complete(tmp_path, "flashsale completion z") == "flashsale completion zsh "
+    assert _zsh_complete(tmp_path, "flashsale fleet up --gat") == "flashsale fleet up --gateways "
+    # Without the script on $fpath zsh has nothing to offer: the completions above are its work.
+    assert _zsh_complete(tmp_path, "flashsale fleet st", installed=False) == "flashsale fleet st"
