@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import aiohttp
 import httpx
 
 from gateway.auth import sign_token
@@ -31,3 +32,17 @@ def buy_new(
         assert time.monotonic() < deadline, answer.text
         time.sleep(0.05)
     return answer
+
+
+async def buy_noting_refusals(
+    session: aiohttp.ClientSession, cfg: Settings, item_id: int, user: int, refusals: list[bytes]
+) -> int:
+    """One purchase through ``session`` (the balancer's): its status; a 429's body is appended
+    to ``refusals`` after checking its Retry-After."""
+    headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
+    async with session.post(purchase_path(item_id), headers=headers) as response:
+        body = await response.read()
+        if response.status == 429:
+            assert int(response.headers["retry-after"]) >= 1
+            refusals.append(body)
+        return response.status

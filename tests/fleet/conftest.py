@@ -33,6 +33,15 @@ def live_stack(live_stack: Settings) -> Iterator[Settings]:
 
 
 @contextmanager
+def limited_fleet(cfg: Settings, gateways: int, env: dict[str, str]) -> Iterator[list[Host]]:
+    """A fleet of ``gateways`` hosts with ``env`` (its limits), no writer."""
+    try:
+        yield fleet.up(cfg, gateways, env)
+    finally:
+        fleet.down(cfg)
+
+
+@contextmanager
 def running_fleet(cfg: Settings, gateways: int) -> Iterator[list[Host]]:
     """A fleet of ``gateways`` hosts, and a writer (a cancel needs the order stored)."""
     with running_writer():

@@ -15,13 +15,12 @@ import pytest
 from flashsale.fleet import fleet
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import settings_env
-from gateway.auth import sign_token
 from gateway.errors import RateLimited
-from gateway.paths import purchase_path
 from gateway.responses import encode
 from kernel.settings import Settings
 from rig.sale import LIFTED_IP_LIMITS
-from tests.fleet.buyers import buy_new, users
+from tests.fleet.buyers import buy_new, buy_noting_refusals, users
+from tests.fleet.conftest import limited_fleet
 from tests.support.constants import REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
 
@@ -41,10 +40,8 @@ OFFERED_S = 3.0
 
 @pytest.fixture(scope="module")
 def pair(live_stack: Settings) -> Iterator[list[Host]]:
-    try:
-        yield fleet.up(live_stack, GATEWAYS, LIMITED_ENV)
-    finally:
-        fleet.down(live_stack)
+    with limited_fleet(live_stack, GATEWAYS, LIMITED_ENV) as hosts:
+        yield hosts
 
 
 async def _offer(
@@ -55,16 +52,6 @@ async def _offer(
     to the last, and the 429 bodies."""
     refusals: list[bytes] = []
     async with aiohttp.ClientSession(fleet.balancer_url(cfg)) as session:
-
-        async def one(user: int) -> int:
-            headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
-            async with session.post(purchase_path(item_id), headers=headers) as response:
-                body = await response.read()
-                if response.status == 429:
-                    assert int(response.headers["retry-after"]) >= 1
-                    refusals.append(body)
-                return response.status
-
         sends = sorted(
             [(n / GREEDY_PER_S, greedy) for n in range(int(GREEDY_PER_S * OFFERED_S))]
             + [(n / QUIET_PER_S, quiet) for n in range(int(QUIET_PER_S * OFFERED_S))]
@@ -73,7 +60,8 @@ async def _offer(
         start = time.monotonic()
         for at, user in sends:
             await asyncio.sleep(max(0.0, start + at - time.monotonic()))
-            tasks.append((user, asyncio.create_task(one(user))))
+            bought = buy_noting_refusals(session, cfg, item_id, user, refusals)
+            tasks.append((user, asyncio.create_task(bought)))
         span = time.monotonic() - start
         answered = [(user, await task) for user, task in tasks]
     by = {u: Counter(s for who, s in answered if who == u) for u in (greedy, quiet)}

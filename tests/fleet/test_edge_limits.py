@@ -16,12 +16,11 @@ import pytest
 from flashsale.fleet import fleet
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import settings_env
-from gateway.auth import sign_token
 from gateway.errors import RateLimited
-from gateway.paths import purchase_path
 from gateway.responses import encode
 from kernel.settings import Settings
-from tests.fleet.buyers import buy_new, users
+from tests.fleet.buyers import buy_new, buy_noting_refusals, users
+from tests.fleet.conftest import limited_fleet
 from tests.support.constants import REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
 
@@ -38,10 +37,8 @@ OFFERED_S = 3.0
 
 @pytest.fixture(scope="module")
 def pair(live_stack: Settings) -> Iterator[list[Host]]:
-    try:
-        yield fleet.up(live_stack, GATEWAYS, LIMITED_ENV)
-    finally:
-        fleet.down(live_stack)
+    with limited_fleet(live_stack, GATEWAYS, LIMITED_ENV) as hosts:
+        yield hosts
 
 
 async def _offer(cfg: Settings, item_id: int) -> tuple[Counter[int], float, list[bytes]]:
@@ -49,21 +46,15 @@ async def _offer(cfg: Settings, item_id: int) -> tuple[Counter[int], float, list
     their statuses, the span from the first send to the last, and the 429 bodies."""
     refusals: list[bytes] = []
     async with aiohttp.ClientSession(fleet.balancer_url(cfg)) as session:
-
-        async def one(user: int) -> int:
-            headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
-            async with session.post(purchase_path(item_id), headers=headers) as response:
-                body = await response.read()
-                if response.status == 429:
-                    assert int(response.headers["retry-after"]) >= 1
-                    refusals.append(body)
-                return response.status
-
         tasks = []
         start = time.monotonic()
         for n in range(int(OFFERED_PER_S * OFFERED_S)):
             await asyncio.sleep(max(0.0, start + n / OFFERED_PER_S - time.monotonic()))
-            tasks.append(asyncio.create_task(one(next(users))))
+            tasks.append(
+                asyncio.create_task(
+                    buy_noting_refusals(session, cfg, item_id, next(users), refusals)
+                )
+            )
         span = time.monotonic() - start
         return Counter(await asyncio.gather(*tasks)), span, refusals
 
