@@ -52,10 +52,12 @@ class Settings:
     # local run. Broker n listens on the port of kafka_bootstrap's first address + 2(n-1), its
     # controller on kafka_controller_port + 2(n-1); kafka_bootstrap may list all of them.
     kafka_brokers: int = 3
-    # A broker silent this long is fenced and its partitions' leadership moves (Kafka: 9 s). At
-    # 3 s a SIGKILLed broker costs 3.0-3.5 s without a 202; the active controller 5.1-6.5 s (the
-    # quorum fails over first). Lower risks fencing a live broker on a starved 2-core box.
-    kafka_session_timeout_ms: int = 3000
+    # A broker silent this long is fenced: it leaves every ISR and its partitions' leadership
+    # moves (Kafka: 9 s). Until then acks=all waits for a hung follower, so this must sit well
+    # inside kafka_timeout_ms: at 3 s a SIGSTOPped broker was fenced 3.2 s after, past the
+    # deadline (503s); at 1.5 s, 1.2-1.5 s after (load average 13-22). Heartbeats go every
+    # sixth of it; a live broker is fenced only if the controller sees none for all of it.
+    kafka_session_timeout_ms: int = 1500
     # How long a Redis primary may be unreachable before its replica takes over, and how stale
     # (in node timeouts) a replica may be and still do so (loadtest.bench --only failover).
     # Measured after a SIGKILL, replica writable: 3000 ms → 4.4-5.7 s, 1000 → 1.9-2.8 s, 500 →

@@ -4,7 +4,6 @@ pytest-xdist each worker has a stack of its own (tests/support/workers.py)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import asyncpg
@@ -16,11 +15,7 @@ from flashsale.migrate import migrate
 from kernel.settings import Settings, settings
 from shard_router import ShardRouter, VoucherStore
 from tests.support.tiers import mark_by_fixtures, refuse_stack_connections, server_fixture
-from tests.support.workers import apply_worker_overlay, schedule_by_module, this_worker
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    apply_worker_overlay(os.environ)  # before anything reads the settings
+from tests.support.workers import schedule_by_module, this_worker
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

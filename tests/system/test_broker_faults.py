@@ -31,7 +31,7 @@ from tests.support.constants import QUICK_RELAY
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 from tests.support.purchase_load import LoadResult, PurchaseLoad
 from tests.support.system import fresh_buyers, request_deadline_s
-from tests.support.system_load import OpenLoad
+from tests.support.system_load import Answer, OpenLoad
 from tests.support.workers import worker_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
@@ -290,6 +290,14 @@ def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
     assert all(c.passed for c in checks), render(checks)
 
 
+def _p99(answers: list[Answer]) -> float:
+    latencies = sorted(a.latency_s for a in answers)
+    return latencies[int(0.99 * (len(latencies) - 1))] if latencies else 0.0
+
+
+REJOIN_S = 4.0  # resumed, the broker catches up and rejoins the ISRs
+
+
 def test_one_broker_hung_of_three_changes_nothing_for_buyers(
     gateway: str, cfg3: Settings, at_rest: KafkaCluster
 ) -> None:
@@ -299,30 +307,36 @@ def test_one_broker_hung_of_three_changes_nothing_for_buyers(
     load = _open_load(cfg3, gateway, item_id, duration)
     try:
         load.sleep_until(5)
+        hung_at = load.now()
         with _hung(victim):
-            load.sleep_until(5 + HUNG_S)
+            load.sleep_until(hung_at + HUNG_S)
+            resumed_at = load.now()
     finally:
         answers = load.result()
-    refused = [(round(a.due_s, 2), a.label, bool(a.order_id)) for a in answers if a.status != 202]
+    before = [a for a in answers if a.done_s < hung_at]
+    # Due while it was hung, or due just before and answered after it struck.
+    during = [a for a in answers if a.done_s >= hung_at and a.due_s < resumed_at]
+    rejoining = [a for a in answers if resumed_at <= a.due_s < resumed_at + REJOIN_S]
+    after = [a for a in answers if a.due_s >= resumed_at + REJOIN_S]
     print(
         f"\nROW one broker (node {victim.node_id}) hung {HUNG_S:.0f}s:"
-        f" {Counter(a.label for a in answers)},"
-        f" slowest {max(a.latency_s for a in answers):.2f}s;"
-        f" first refusals (due, status, held) {refused[:10]}"
+        f" before {Counter(a.label for a in before)}, p99 {_p99(before):.2f}s;"
+        f" while hung {Counter(a.label for a in during)}, p99 {_p99(during):.2f}s,"
+        f" slowest {max((a.latency_s for a in during), default=0):.2f}s;"
+        f" rejoining {Counter(a.label for a in rejoining)}; after {Counter(a.label for a in after)}"
     )
-    # While the hung follower is still in the ISR, acks=all waits for the controller to fence
-    # it (broker.session.timeout.ms): reservations take seconds, and admission answers the
-    # standing queue 503 OVERLOADED, before any work. Measured and printed above, not hidden:
-    # buyers do see that window (docs/reliability.md). Before it and once it is over, nothing.
-    fenced_s = 5 + HUNG_S + cfg3.kafka_session_timeout_ms / 1000 + DETECT_S
-    # Answered before the hang began, or due once the fence has passed: a request due just
-    # before the hang may still be in flight when it strikes.
-    outside = [a for a in answers if a.done_s < 5 or a.due_s >= fenced_s]
-    assert {a.status for a in outside} <= {202, 410}, Counter(a.label for a in outside)
-    during = [a for a in answers if a.status != 202 and a not in outside]
-    assert {a.label for a in during} <= {"410", "503 OVERLOADED", "503 UNAVAILABLE"}
-    assert all(a.retry_after for a in during if a.status == 503)
-    assert not any(a.order_id for a in during if a.label == "503 OVERLOADED")  # took nothing
+    # acks=all waits for the hung follower until the controller fences it
+    # (kafka_session_timeout_ms: it leaves every ISR, its leaderships move), while the producer
+    # keeps new sends off the partitions it leads (one health round). That wait, ~1.5 s, is well
+    # inside the Kafka deadline: every buyer gets an answer of a healthy sale, only slower.
+    assert during
+    for window in (before, during, after):
+        assert {a.status for a in window} <= {202, 410}, Counter(a.label for a in window)
+    # Resumed after 6 s of missed writes, the broker is slow while it catches up and rejoins the
+    # ISRs: reservations may wait for it, and admission may shed the queue that builds.
+    assert {a.label for a in rejoining} <= {"202", "410", "503 OVERLOADED", "503 UNAVAILABLE"}
+    assert all(a.retry_after for a in rejoining if a.status == 503)
+    assert not any(a.order_id for a in rejoining if a.label == "503 OVERLOADED")  # took nothing
     accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
     checks = check_invariants(cfg3, [item_id], accepted)
     assert all(c.passed for c in checks), render(checks)
