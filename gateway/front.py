@@ -15,7 +15,7 @@ from starlette.applications import Starlette
 from gateway.admission import OVERLOADED_BODY, OVERLOADED_START, Admission
 from gateway.body_deadline import with_deadline
 from gateway.errors import MethodNotAllowed
-from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, QUEUE_PREFIX, QUEUE_SUFFIX, UNGATED
+from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, QUEUE_PREFIX, QUEUE_SUFFIX, ungated
 from gateway.purchase import PurchaseHandler
 from gateway.responses import SOLD_OUT_BODY, SOLD_OUT_HEADERS, render
 from gateway.waiting_room.poll import PollHandler
@@ -51,7 +51,7 @@ class FlashSaleApp:
                 await send(_SOLD_OUT_START)
                 await send(_SOLD_OUT_BODY)
                 return
-            if path in UNGATED:
+            if ungated(path):
                 await self._route(scope, receive, send, path)
                 return
             if not self.admission.admit():

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from domain.sales import NewSale, RoomControls
 from domain.vouchers import CODE_PATTERN, ORDER_ID_PATTERN, NewVoucher, ReservationRequest
 from gateway import bodies
-from gateway.paths import UNGATED
+from gateway.paths import ungated
 from gateway.waiting_room.controls import RoomState
 
 # Of the API contract: bump it when a client would notice the change (2.0.0: a poll needs the
@@ -35,7 +35,7 @@ _UNAVAILABLE: Errors = {503: ("UNAVAILABLE",)}  # a dependency (Redis, Kafka, Po
 _LIMITED: Errors = {429: ("RATE_LIMITED",)}
 _BAD_BODY = ("INVALID_REQUEST", "BODY_TOO_LARGE")
 # What the edge answers before a route's own work, on every route but the probes
-# (gateway/admission.py, UNGATED) and on every route that reads a body
+# (gateway/admission.py, ungated) and on every route that reads a body
 # (gateway/body_deadline.py).
 _SHED: Errors = {503: ("OVERLOADED",)}
 _SLOW_BODY: Errors = {408: ("REQUEST_TIMEOUT",)}
@@ -441,7 +441,7 @@ def _operation(op: Operation) -> dict[str, Any]:
     if op.auth is not None:
         spec["security"] = [{op.auth: []}]
     responses = {str(op.ok[0]): _success(op)}
-    shed = {} if op.path in UNGATED else _SHED
+    shed = {} if ungated(op.path) else _SHED
     # An address past its burst of wrong tokens (gateway/requests.py require_bearer).
     guessed = _LIMITED if op.auth in _BEARER_LIMITED else {}
     errors = _merged(op.errors, shed, guessed, _SLOW_BODY if op.body is not None else {})

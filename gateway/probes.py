@@ -1,6 +1,6 @@
 """The operator's routes: ``/healthz`` (the process answers), ``/readyz`` (it can sell: Redis
 and Kafka reachable, not draining) and ``/metrics`` (Prometheus text), never refused by
-admission (gateway/paths.py's UNGATED)."""
+admission (gateway/paths.py's PROBES)."""
 
 from __future__ import annotations
 
