@@ -9,15 +9,22 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from xdist.remote import Producer
 
 from flashsale import stack
 from flashsale.migrate import migrate
 from kernel.settings import Settings, settings
 from shard_router import ShardRouter, VoucherStore
+from tests.support.scheduling import RowsOnFirstWorker
 from tests.support.tiers import mark_by_fixtures, refuse_stack_connections, server_fixture
 from tests.support.workers import schedule_by_module, this_worker
 
 
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> RowsOnFirstWorker | None:
+    return RowsOnFirstWorker(config, log) if config.getvalue("dist") == "loadgroup" else None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which puts the group in the nodeid
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     mark_by_fixtures(items)
     schedule_by_module(items)

@@ -25,7 +25,7 @@ from tests.faults.redis_nodes import busiest_primary, heal, wait_promoted
 from tests.support.system import System
 from tests.support.workers import worker_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 PORT = worker_port(18413)  # a port of this row's own (the package's other rows use 18411-18412)
 FAULT_AT_S = 4.0

@@ -34,7 +34,7 @@ from tests.support.constants import QUICK_RELAY
 from tests.support.system import GatewaySpec, System, fresh_buyers
 from tests.support.system_load import Answer, purchase_path
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 SKEW_S = 30  # the skewed gateway's wall clock runs this far ahead
 OPENS_IN_S = 6  # real seconds from the sale's creation to startsAt

@@ -22,7 +22,7 @@ from tests.faults.fates import fates, summary
 from tests.support.system import GatewaySpec, System, fresh_buyers
 from tests.support.system_load import buy
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 FAULT_AT_S = 4.0
 DURATION_S = 14.0

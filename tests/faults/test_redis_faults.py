@@ -35,7 +35,7 @@ from tests.faults.redis_nodes import (
 from tests.support.system import Report, Sale, System
 from tests.support.system_load import Answer, OpenLoad
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 FAULT_AT_S = 4.0
 DURATION_S = 40.0  # at most: the load ends SELLING_S after the victim is back in sync

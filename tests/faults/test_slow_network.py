@@ -23,7 +23,7 @@ from tests.support.fault_proxy import ProxyGroup, proxied
 from tests.support.system import System
 from tests.support.system_load import Answer, OpenLoad
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 # A node's proxy listens on its port + 50 (7101 -> 7151): between one stack's nodes and the
 # next one's (tests/support/workers.py moves a stack's by 100).

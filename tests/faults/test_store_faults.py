@@ -19,7 +19,7 @@ from tests.faults.conftest import FAULTS_PORT, RATE, SHARDS, show
 from tests.support.system import System
 from tests.support.system_load import Answer
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 FAULT_AT_S = 4.0
 DURATION_S = 14.0

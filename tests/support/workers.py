@@ -102,20 +102,42 @@ def _cost(item: pytest.Item) -> float:
 
 
 EXCLUSIVE_GROUP = "exclusive"
+# The whole-system rows: each runs a sale under load around a kill, a pause, a restart or an
+# overload, calibrated to have the stack and the machine to themselves. Named here by path (not
+# only by a mark) because the xdist controller, which hands out the work, sees only node ids.
+ROW_MODULES = frozenset(
+    {
+        "tests/faults/test_arm_after_failover.py",
+        "tests/faults/test_clock_skew.py",
+        "tests/faults/test_process_faults.py",
+        "tests/faults/test_redis_faults.py",
+        "tests/faults/test_slow_network.py",
+        "tests/faults/test_store_faults.py",
+        "tests/system/test_broker_faults.py",
+        "tests/system/test_bursts.py",
+        "tests/system/test_graceful_shutdown.py",
+    }
+)
+
+
+def work_group(nodeid: str) -> str:
+    """The unit a worker is handed whole: the rows together (so no two of them ever run at
+    once), any other module on its own (so its module fixtures start once)."""
+    module = nodeid.split("::", 1)[0]
+    return EXCLUSIVE_GROUP if module in ROW_MODULES else module
 
 
 def schedule_by_module(items: list[pytest.Item]) -> None:
-    """Under xdist (``--dist loadgroup``): a module runs whole on one worker, so its module
-    fixtures start once; the modules marked ``exclusive`` (the whole-system rows, calibrated to
-    have the stack and the machine to themselves) form one group, so no two of them ever run
-    at once; the costliest groups are handed out first, so that no long one starts last."""
-    if WORKER_VARIABLE not in os.environ:
-        return
+    """Mark the rows ``exclusive`` (``-m exclusive`` selects them); under xdist, order the
+    groups (``work_group``) costliest first, so that no long one starts last (the scheduler in
+    tests/support/scheduling.py keeps this order)."""
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = EXCLUSIVE_GROUP if item.get_closest_marker("exclusive") else module
+        group = work_group(item.nodeid)
+        if group == EXCLUSIVE_GROUP:
+            item.add_marker(pytest.mark.exclusive)
         groups.setdefault(group, []).append(item)
-        item.add_marker(pytest.mark.xdist_group(name=group))
+    if WORKER_VARIABLE not in os.environ:
+        return
     ordered = sorted(groups.values(), key=lambda group: -sum(map(_cost, group)))
     items[:] = [item for group in ordered for item in group]

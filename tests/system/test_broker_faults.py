@@ -35,7 +35,7 @@ from tests.support.system import fresh_buyers, request_deadline_s
 from tests.support.system_load import Answer, OpenLoad
 from tests.support.workers import worker_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.faults, pytest.mark.slow]
 
 BROKER_FAULTS_PORT = worker_port(18321)  # this module's gateway
 RATE = 150.0  # purchases per second: steady on 2 cores beside 3 brokers, 6 Redis nodes, PG

@@ -31,7 +31,7 @@ from tests.support.gateway import new_sale, running_gateway
 from tests.support.system import fresh_buyers
 from tests.support.workers import worker_port
 
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration]
 
 BURSTS_PORT = worker_port(18341)
 RATE_CONNECTIONS, RATE_S = 128, 2.0

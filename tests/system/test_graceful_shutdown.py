@@ -36,7 +36,7 @@ from tests.support.system_load import Answer, OpenLoad, buy
 from tests.support.workers import worker_port
 from tests.support.writer import make_item
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.exclusive]
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PORT = worker_port(18471)  # this module's gateways: 18471 and 18472
 PARTITIONS = 4
