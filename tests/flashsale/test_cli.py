@@ -585,3 +585,14 @@ def test_stack_status_json_names_every_part(live_stack: Settings) -> None:
     assert parts["redis"].startswith(f"{len(live_stack.redis_nodes)}/{len(live_stack.redis_nodes)}")
     brokers = [name for name in parts if name.startswith("kafka-")]
     assert len(brokers) == (live_stack.kafka_brokers if live_stack.kafka_brokers > 1 else 0)
+
+
+def test_stack_up_json_on_a_stack_up_is_its_status_and_what_it_applied(
+    live_stack: Settings,
+) -> None:
+    up = ok(flashsale("stack", "up", "--json"))  # up already: checks each part, starts nothing
+    shape = json.loads(up.out)
+    assert set(shape) == {"parts", "logDir", "tookSeconds", "migrations"}
+    assert shape["migrations"] == []  # live_stack migrated
+    assert set(shape["parts"]) == set(ok(flashsale("stack", "status", "--json")).json()["parts"])
+    assert "stack: redis ready in" in up.err  # the progress, off stdout
