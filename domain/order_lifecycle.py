@@ -77,11 +77,18 @@ with ended as (
 select * from ended
 """
 _CANCEL = _END.format(where="o.id = $2 and o.user_id = $3")
+# Due: unpaid past the payment window. The one predicate of what expiry ends and of what its dry
+# run counts, so the two cannot disagree.
+_DUE = "status = 'PENDING' and expires_at <= now()"
 _EXPIRE = _END.format(
-    where="""o.id in (
-        select id from flash_sale_order where status = 'PENDING' and expires_at <= now()
+    where=f"""o.id in (
+        select id from flash_sale_order where {_DUE}
         order by expires_at limit $2 for update skip locked)"""
 )
+_DUE_PER_ITEM = f"""
+select item_id, count(*) as due from flash_sale_order where {_DUE}
+group by item_id order by item_id
+"""
 
 
 def _ended(rows: list[asyncpg.Record]) -> list[Ended]:
@@ -99,6 +106,11 @@ async def expire_due(pool: asyncpg.Pool, limit: int = 1000) -> list[Ended]:
     """PENDING past the window → EXPIRED, ``sold`` down, in one statement (skip-locked rows
     let two expiry jobs run at once without ending an order twice)."""
     return _ended(await pool.fetch(_EXPIRE, "EXPIRED", limit))
+
+
+async def due_per_item(pool: asyncpg.Pool) -> dict[int, int]:
+    """Item → its orders that ``expire_due`` would end now; reads only."""
+    return {r["item_id"]: r["due"] for r in await pool.fetch(_DUE_PER_ITEM)}
 
 
 async def release_ended(router: UnitReleaser, ended: list[Ended]) -> list[Ended]:

@@ -242,12 +242,19 @@ def _ended_use(row: asyncpg.Record) -> EndedUse:
     return EndedUse(row["voucher_code"], row["order_id"], row["customer_id"], row["is_flash"])
 
 
-_EXPIRE = """
+# Due: held past the hold window. The one predicate of what expiry ends and of what its dry run
+# counts, so the two cannot disagree.
+_DUE = "status = 'RESERVED' and expires_at <= now()"
+_EXPIRE = f"""
 update voucher_redemption r set status = 'EXPIRED', updated_at = now()
 where r.status = 'RESERVED' and r.id in (
-    select id from voucher_redemption where status = 'RESERVED' and expires_at <= now()
+    select id from voucher_redemption where {_DUE}
     order by expires_at limit $1 for update skip locked)
 returning r.voucher_code, r.order_id, r.customer_id
+"""
+_DUE_PER_CODE = f"""
+select voucher_code, count(*) as due from voucher_redemption where {_DUE}
+group by voucher_code order by voucher_code
 """
 _LOCK_VOUCHERS = """
 select code, is_flash from voucher where code = any($1::text[]) order by code for update
@@ -274,6 +281,11 @@ async def expire_due_vouchers(pool: asyncpg.Pool, limit: int = 1000) -> list[End
         EndedUse(r["voucher_code"], r["order_id"], r["customer_id"], flash[r["voucher_code"]])
         for r in rows
     ]
+
+
+async def due_uses_per_code(pool: asyncpg.Pool) -> dict[str, int]:
+    """Voucher code → its held uses that ``expire_due_vouchers`` would end now; reads only."""
+    return {r["voucher_code"]: r["due"] for r in await pool.fetch(_DUE_PER_CODE)}
 
 
 async def release_uses(store: UseReleaser, ended: list[EndedUse]) -> set[str]:

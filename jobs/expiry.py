@@ -8,12 +8,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 import asyncpg
 
-from domain.order_lifecycle import Ended, expire_due, release_units
-from domain.voucher_lifecycle import expire_due_vouchers, release_uses
+from domain.order_lifecycle import Ended, due_per_item, expire_due, release_units
+from domain.voucher_lifecycle import due_uses_per_code, expire_due_vouchers, release_uses
 from kernel.periodic import run_every, stopped_by_signals
 from shard_router import ShardRouter, VoucherStore
 from shard_router.stock_events import publish
@@ -65,6 +66,24 @@ async def expire_vouchers_once(
         limit,
         stop,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    """What ``expire_once`` would expire now: unpaid orders per item, held uses per code."""
+
+    orders: dict[int, int]
+    uses: dict[str, int]
+
+    @property
+    def total(self) -> int:
+        return sum(self.orders.values()) + sum(self.uses.values())
+
+
+async def due_now(pool: asyncpg.Pool) -> Due:
+    """What is due, by the predicates the expiring statements select with; changes nothing
+    (a row locked by a pass under way is counted: that pass, or the next, ends it)."""
+    return Due(await due_per_item(pool), await due_uses_per_code(pool))
 
 
 async def run_expiry(

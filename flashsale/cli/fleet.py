@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from flashsale.cli.output import note, print_json
+from flashsale.cli.output import note, print_json, progress_on_stderr
 from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
 
@@ -12,12 +12,18 @@ from kernel.settings import Settings
 def _up(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale.fleet import fleet
 
-    if fleet.current_hosts(cfg):  # partly up, or all up: start only what is missing
-        started = fleet.repair(cfg, args.gateways)
-        print(f"fleet: started {', '.join(started) or 'nothing (all of it runs)'}")
-    else:
-        hosts = fleet.up(cfg, args.gateways)
-        print(f"fleet: {len(hosts)} gateway hosts behind {fleet.balancer_url(cfg)}")
+    with progress_on_stderr(args.json):
+        if fleet.current_hosts(cfg):  # partly up, or all up: start only what is missing
+            started = fleet.repair(cfg, args.gateways)
+            done = f"fleet: started {', '.join(started) or 'nothing (all of it runs)'}"
+        else:
+            hosts = fleet.up(cfg, args.gateways)
+            done = f"fleet: {len(hosts)} gateway hosts behind {fleet.balancer_url(cfg)}"
+    if args.json:  # fleet status's rows; what was started is a note
+        note(done)
+        print_json(fleet.status(cfg))
+        return 0
+    print(done)
     _print_status(cfg)
     return 0
 
@@ -80,6 +86,7 @@ def add_fleet(sub: Subcommands) -> None:
         help="gateway hosts, one network namespace each (default: 2; a fleet partly up: what "
         "it has, and only its missing processes are started)",
     )
+    add_json(up)  # fleet status's rows; what was started goes to stderr
     down = command(
         actions, "down", "stop exactly what `fleet up` started, delete its network", _down
     )

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import msgspec
@@ -20,6 +21,17 @@ def print_json(document: Any) -> None:
 def note(text: str) -> None:
     """What was done (``item 12 paused``): on stderr, so stdout carries only the data."""
     print(text, file=sys.stderr)
+
+
+@contextlib.contextmanager
+def progress_on_stderr(as_json: bool) -> Iterator[None]:
+    """With --json, stdout is the one document: what a step prints as it goes (``stack: redis
+    ...``) goes to stderr for the block instead."""
+    if not as_json:
+        yield
+        return
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:

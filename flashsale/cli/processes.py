@@ -8,7 +8,7 @@ import os
 import sys
 from typing import Any
 
-from flashsale.cli.parser import Subcommands, add_json, at_least, command
+from flashsale.cli.parser import Subcommands, add_dry_run, add_json, at_least, command
 from kernel.settings import Settings, settings
 
 
@@ -34,6 +34,7 @@ def _writer(args: argparse.Namespace, cfg: Settings) -> int:
 def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
     import asyncio
 
+    from flashsale.cli import views
     from flashsale.cli.connect import run_stack
     from flashsale.cli.errors import UsageError
     from flashsale.cli.output import print_json
@@ -42,13 +43,17 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
 
     if args.json and not args.once:
         raise UsageError("--json: only with --once (a running expiry logs a line per round)")
+    if args.dry_run and not args.once:
+        raise UsageError("--dry-run: only with --once (a running expiry has no dry run)")
     logs.setup(cfg)  # a long-running job: its lines in the one format, like the writer's
+    if args.dry_run:
+        return _expiry_dry_run(cfg, args.json)
 
     async def work(pool: Any, router: Any) -> int:
         if args.once:
             expired = await expire_once(pool, router)
             if args.json:
-                print_json({"expired": expired})
+                print_json(views.Expiry(expired))
             else:
                 print(f"expired {expired} orders and voucher uses")
         else:
@@ -56,6 +61,27 @@ def _expiry(args: argparse.Namespace, cfg: Settings) -> int:
         return 0
 
     return run_stack(cfg, work)
+
+
+def _expiry_dry_run(cfg: Settings, as_json: bool) -> int:
+    """What one pass would expire now, read with the pass's own predicates; no Redis: giving
+    units and uses back is the only thing the pass does there."""
+    from flashsale.cli import views
+    from flashsale.cli.connect import run_db
+    from flashsale.cli.output import note, print_json
+    from jobs.expiry import due_now
+
+    due = run_db(cfg, due_now)
+    if as_json:
+        print_json(views.Expiry.due(due))
+    else:
+        print(f"would expire {due.total} orders and voucher uses")
+        for item_id, orders in sorted(due.orders.items()):
+            print(f"  item {item_id}: {orders} unpaid order(s) past their payment window")
+        for code, uses in sorted(due.uses.items()):
+            print(f"  voucher {code}: {uses} held use(s) past their hold window")
+    note("dry run: nothing expired")
+    return 0
 
 
 def _failover_watch(args: argparse.Namespace, cfg: Settings) -> int:
@@ -128,4 +154,5 @@ def add_expiry(sub: Subcommands) -> None:
         help="one pass, print how many expired, exit (default: a pass every "
         "FLASHSALE_EXPIRY_INTERVAL_MS, until interrupted)",
     )
+    add_dry_run(p, "what one pass (--once) would expire, per item and voucher")
     add_json(p)  # with --once: {"expired": N}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from flashsale.cli.errors import UsageError
-from flashsale.cli.output import note, print_json
+from flashsale.cli.output import note, print_json, progress_on_stderr
 from flashsale.cli.parser import Subcommands, add_dry_run, add_json, command, subcommands
 from kernel.settings import Settings
 
@@ -14,8 +14,12 @@ def _up(args: argparse.Namespace, cfg: Settings) -> int:
     from flashsale import stack
     from flashsale.migrate import migrate
 
-    took = stack.up(cfg)
-    applied = migrate(cfg)
+    with progress_on_stderr(args.json):
+        took = stack.up(cfg)
+        applied = migrate(cfg)
+    if args.json:  # stack status's shape, and what this up took and applied
+        print_json({**_status_view(cfg), "tookSeconds": round(took, 1), "migrations": applied})
+        return 0
     print(f"stack: up in {took:.1f}s; migrations applied: {', '.join(applied) or 'none pending'}")
     _print_status(cfg)
     return 0
@@ -39,13 +43,17 @@ def _down(args: argparse.Namespace, cfg: Settings) -> int:
 
 def _status(args: argparse.Namespace, cfg: Settings) -> int:
     if args.json:
-        from flashsale import stack
-
-        # {"parts": {name: state line}, "logDir": path}: one line per part, as the table has.
-        print_json({"parts": stack.status(cfg), "logDir": str(cfg.log_dir)})
+        print_json(_status_view(cfg))
     else:
         _print_status(cfg)
     return 0
+
+
+def _status_view(cfg: Settings) -> dict[str, object]:
+    """{"parts": {name: state line}, "logDir": path}: one line per part, as the table has."""
+    from flashsale import stack
+
+    return {"parts": stack.status(cfg), "logDir": str(cfg.log_dir)}
 
 
 def _print_status(cfg: Settings) -> None:
@@ -108,7 +116,8 @@ def add_stack(sub: Subcommands) -> None:
         sub, "stack", "start, stop or show the local Redis/Kafka/PostgreSQL/Prometheus stack"
     )
     actions = subcommands(parser, "action")
-    command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
+    up = command(actions, "up", "start what is not running, wait until healthy, migrate", _up)
+    add_json(up)  # stack status's shape; the progress lines go to stderr
     down = command(actions, "down", "stop exactly what `stack up` started (by PID file)", _down)
     add_dry_run(down, "the processes it would stop")
     add_json(down)

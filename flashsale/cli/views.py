@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # only the constructors name them; importing them costs Redis
     from flashsale.observe.state import SaleView
     from flashsale.observe.timeline import Timeline
     from jobs.audit import HoldAudit
+    from jobs.expiry import Due
     from shard_router import ShardState
 
 
@@ -194,6 +195,32 @@ class ArmedVoucherView(View, frozen=True):
 class VoucherShown(View, frozen=True):
     voucher: VoucherTerms
     check: View  # check(report): the same object as an entry of reconcile's "vouchers"
+
+
+# expiry --once: how many orders and voucher uses the pass expired; a dry run says what it
+# would expire, and where: the unpaid orders due per item, the held uses due per code.
+class DueItem(View, frozen=True):
+    item_id: int
+    orders: int
+
+
+class DueVoucher(View, frozen=True):
+    code: str
+    uses: int
+
+
+class Expiry(View, frozen=True, omit_defaults=True):
+    expired: int
+    items: list[DueItem] | None = None  # a dry run's only, as are the vouchers
+    vouchers: list[DueVoucher] | None = None
+
+    @classmethod
+    def due(cls, due: Due) -> Expiry:
+        return cls(
+            due.total,
+            [DueItem(item, n) for item, n in sorted(due.orders.items())],
+            [DueVoucher(code, n) for code, n in sorted(due.uses.items())],
+        )
 
 
 # watch --json: one per refresh, one line each. Figures are per second (answers), seconds

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from domain.vouchers import decode_new_voucher
 from flashsale.cli import build_parser
 from kernel.settings import PROJECT_ROOT, Settings
 from shard_router import shard_keys
+from tests.support.cli_tree import leaves
 
 pytestmark = pytest.mark.integration
 
@@ -182,17 +182,9 @@ def _listed(help_text: str) -> list[str]:
     return [line.split()[0] for line in lines if line[:4] == "    " and line[4:5] != " "]
 
 
-def _leaves(parser: Any, path: str = "flashsale") -> Iterator[tuple[str, Any]]:
-    subs = [a for a in parser._actions if a.choices and hasattr(a.choices, "items")]
-    if not subs:
-        yield path, parser
-    for action in subs:
-        for name, child in action.choices.items():
-            yield from _leaves(child, f"{path} {name}")
-
-
 def test_every_option_has_a_help_text_with_its_default() -> None:
-    for path, parser in _leaves(build_parser()):
+    for words, parser in leaves(build_parser()):
+        path = " ".join(("flashsale", *words))
         for action in parser._actions:
             assert action.help, f"{path} {action.dest}: no help text"
             takes_value = action.option_strings and action.nargs != 0
@@ -585,3 +577,14 @@ def test_stack_status_json_names_every_part(live_stack: Settings) -> None:
     assert parts["redis"].startswith(f"{len(live_stack.redis_nodes)}/{len(live_stack.redis_nodes)}")
     brokers = [name for name in parts if name.startswith("kafka-")]
     assert len(brokers) == (live_stack.kafka_brokers if live_stack.kafka_brokers > 1 else 0)
+
+
+def test_stack_up_json_on_a_stack_up_is_its_status_and_what_it_applied(
+    live_stack: Settings,
+) -> None:
+    up = ok(flashsale("stack", "up", "--json"))  # up already: checks each part, starts nothing
+    shape = json.loads(up.out)
+    assert set(shape) == {"parts", "logDir", "tookSeconds", "migrations"}
+    assert shape["migrations"] == []  # live_stack migrated
+    assert set(shape["parts"]) == set(ok(flashsale("stack", "status", "--json")).json()["parts"])
+    assert "stack: redis ready in" in up.err  # the progress, off stdout

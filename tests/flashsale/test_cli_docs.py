@@ -9,21 +9,16 @@ from collections.abc import Iterator
 
 from flashsale.cli import build_parser
 from kernel.settings import PROJECT_ROOT
+from tests.support.cli_tree import leaves
 
 DOC = (PROJECT_ROOT / "docs" / "cli.md").read_text()
 EVERYWHERE = {"-h", "--help", "--debug"}  # said once, for every command
 
 
-def _commands(
-    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def _commands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """Each command that runs something (a leaf), as ``flashsale a b``, and its parser."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    if not subs:
-        yield " ".join(("flashsale", *path)), parser
-    for action in subs:
-        for name, child in action.choices.items():
-            yield from _commands(child, (*path, name))
+    for path, child in leaves(parser):
+        yield " ".join(("flashsale", *path)), child
 
 
 def _section(title: str) -> str:

@@ -1,9 +1,10 @@
 """--dry-run on the commands that change state (sale create, sale arm, reconcile --fix, voucher
-arm, item --pause): each prints what it would do and leaves PostgreSQL and Redis as they were;
-and --version."""
+arm, item --pause, expiry --once): each prints what it would do and leaves PostgreSQL and Redis
+as they were; and --version."""
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib.metadata
 import json
 import uuid
@@ -100,3 +101,81 @@ async def test_item_pause_dry_run_leaves_it_selling(live_stack: Settings, db: as
     assert dry.json()["paused"] is True
     assert f"dry run: item {item_id} not paused" in dry.err
     assert await db.fetchval("select paused from flash_sale_item where id = $1", item_id) is False
+
+
+async def _statuses(db: asyncpg.Pool, item_id: int, code: str) -> tuple[list[str], int, str, int]:
+    """The item's order statuses and sold, the use's status and the voucher's used_count."""
+    orders = await db.fetch(
+        "select status from flash_sale_order where item_id = $1 order by user_id", item_id
+    )
+    sold = await db.fetchval("select sold from flash_sale_item where id = $1", item_id)
+    use = await db.fetchval("select status from voucher_redemption where voucher_code = $1", code)
+    used = await db.fetchval("select used_count from voucher where code = $1", code)
+    return [r["status"] for r in orders], sold, use, used
+
+
+async def test_expiry_dry_run_counts_what_the_pass_then_expires(db: asyncpg.Pool) -> None:
+    # Stored as the writer stores them, a minute past their windows: two unpaid orders of an
+    # item no sale armed (nothing of it in Redis) and a held use of an ordinary voucher.
+    now = dt.datetime.now(dt.UTC)
+    past, hour = now - dt.timedelta(minutes=1), dt.timedelta(hours=1)
+    code = f"DRY-{uuid.uuid4().hex[:12]}"
+    sale_id = await db.fetchval(
+        "insert into flash_sale (name, starts_at, ends_at) values ($1, $2, $3) returning id",
+        f"dry expiry {code}",
+        now - hour,
+        now + hour,
+    )
+    item_id = await db.fetchval(
+        "insert into flash_sale_item (sale_id, product_id, price, quantity, sold, shards) "
+        "values ($1, 'p', 1, 5, 2, 1) returning id",
+        sale_id,
+    )
+    await db.executemany(
+        "insert into flash_sale_order (id, item_id, user_id, shard, status, created_at, "
+        "expires_at) values ($1, $2, $3, 0, 'PENDING', $4, $4)",
+        [(uuid.uuid4(), item_id, 900 + n, past) for n in range(2)],
+    )
+    await db.execute(
+        "insert into voucher (code, discount_amount, total_limit, used_count, starts_at, ends_at)"
+        " values ($1, 100, 3, 1, $2, $3)",
+        code,
+        now - hour,
+        now + hour,
+    )
+    await db.execute(
+        "insert into voucher_redemption (voucher_code, order_id, customer_id, order_amount, "
+        "discount_amount, status, reserved_at, expires_at) "
+        "values ($1, $2, 7, 1000, 100, 'RESERVED', $3, $3)",
+        code,
+        str(uuid.uuid4()),
+        past,
+    )
+    try:
+        dry = ok(flashsale("expiry", "--once", "--dry-run", "--json"))
+        shown = dry.json()
+        assert {"itemId": item_id, "orders": 2} in shown["items"]
+        assert {"code": code, "uses": 1} in shown["vouchers"]
+        assert shown["expired"] >= 3  # (and any other test's due orders)
+        assert dry.err == "dry run: nothing expired\n"
+        text = ok(flashsale("expiry", "--once", "--dry-run")).out
+        assert f"  item {item_id}: 2 unpaid order(s) past their payment window\n" in text
+        assert await _statuses(db, item_id, code) == (["PENDING", "PENDING"], 2, "RESERVED", 1)
+
+        ok(flashsale("expiry", "--once"))  # the pass ends what the dry run named
+        assert await _statuses(db, item_id, code) == (["EXPIRED", "EXPIRED"], 0, "EXPIRED", 0)
+        after = ok(flashsale("expiry", "--once", "--dry-run", "--json")).json()
+        assert all(entry["itemId"] != item_id for entry in after["items"])
+        assert all(entry["code"] != code for entry in after["vouchers"])
+    finally:  # rows of this test only: no other test's reconcile meets them
+        await db.execute("delete from flash_sale_order where item_id = $1", item_id)
+        await db.execute("delete from flash_sale_item where id = $1", item_id)
+        await db.execute("delete from flash_sale where id = $1", sale_id)
+        orders = await db.fetch(
+            "delete from voucher_redemption where voucher_code = $1 returning order_id", code
+        )
+        await db.execute(
+            "delete from voucher_order where order_id = any($1::text[])",
+            [r["order_id"] for r in orders],
+        )
+        await db.execute("delete from voucher where code = $1", code)

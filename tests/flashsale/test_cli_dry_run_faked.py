@@ -1,7 +1,7 @@
-"""--dry-run on voucher create, voucher arm, item --pause/--resume, stack down and fleet down,
-in this process with the boundary faked (tests/support/cli_boundary.py): each prints what the
-change would give, says on stderr that nothing changed, asks nothing, and makes no write (a
-write is a test failure; a stop would end the test's own stand-in process)."""
+"""--dry-run on voucher create, voucher arm, item --pause/--resume, expiry --once, stack down and
+fleet down, in this process with the boundary faked (tests/support/cli_boundary.py): each prints
+what the change would give, says on stderr that nothing changed, asks nothing, and makes no write
+(a write is a test failure; a stop would end the test's own stand-in process)."""
 
 from __future__ import annotations
 
@@ -133,6 +133,51 @@ def test_item_pause_dry_run_shows_the_item_paused_and_writes_nothing(
     assert (refused.status, refused.err) == (
         2,
         "flashsale: --dry-run: only with --pause or --resume\n",
+    )
+
+
+class _DuePool(Forbidden):
+    """Due now: two unpaid orders of item 42, one of item 7, one held use of SPRING. Only a
+    read is answered; any write (or any other use of the pool) fails the test."""
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    async def fetch(self, query: str, *args: Any) -> list[dict[str, Any]]:
+        assert query.lstrip().startswith("select"), f"a dry run wrote: {query}"
+        assert "expires_at <= now()" in query  # due: past the window, as the pass selects
+        self.read.append(query)
+        if "from flash_sale_order" in query:
+            return [{"item_id": 7, "due": 1}, {"item_id": 42, "due": 2}]
+        assert "from voucher_redemption" in query, query
+        return [{"voucher_code": "SPRING", "due": 1}]
+
+
+def test_expiry_once_dry_run_names_what_is_due_and_expires_nothing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = _DuePool()
+    fake_stack(monkeypatch, pool, Forbidden())  # Redis: nothing given back, nothing read
+    ran = run(capsys, "expiry", "--once", "--dry-run", "--json")
+    assert ran.status == 0, ran.err
+    assert ran.json() == {
+        "expired": 4,
+        "items": [{"itemId": 7, "orders": 1}, {"itemId": 42, "orders": 2}],
+        "vouchers": [{"code": "SPRING", "uses": 1}],
+    }
+    assert ran.err == "dry run: nothing expired\n"
+    assert len(pool.read) == 2  # one read of the orders, one of the uses
+    text = run(capsys, "expiry", "--once", "-n")
+    assert text.out == (
+        "would expire 4 orders and voucher uses\n"
+        "  item 7: 1 unpaid order(s) past their payment window\n"
+        "  item 42: 2 unpaid order(s) past their payment window\n"
+        "  voucher SPRING: 1 held use(s) past their hold window\n"
+    )
+    refused = run(capsys, "expiry", "--dry-run")
+    assert (refused.status, refused.err) == (
+        2,
+        "flashsale: --dry-run: only with --once (a running expiry has no dry run)\n",
     )
 
 

@@ -1,6 +1,7 @@
 """--json on the commands that print state and had only text: ``watch`` (a line per refresh),
-``fleet status``, ``migrate``, ``expiry --once``; in this process with the boundary faked
-(tests/support/cli_boundary.py), so the shapes are checked in the fast tier."""
+``fleet status``, ``stack up``, ``fleet up``, ``migrate``, ``expiry --once``; in this process
+with the boundary faked (tests/support/cli_boundary.py), so the shapes are checked in the fast
+tier."""
 
 from __future__ import annotations
 
@@ -135,6 +136,64 @@ def test_fleet_status_json_is_one_line_a_list_of_the_rows(
     assert ran.json() == rows
     text = run(capsys, "fleet", "status").out
     assert "gw1" in text and "not ready" in text
+
+
+def test_stack_up_json_is_stack_status_s_shape_and_the_progress_goes_to_stderr(
+    cfg: Settings, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from flashsale import migrate, stack
+
+    def up(cfg: Settings) -> float:
+        print("stack: redis ...", flush=True)  # as stack.up reports each part
+        return 12.34
+
+    monkeypatch.setattr(stack, "up", up)
+    monkeypatch.setattr(migrate, "migrate", lambda cfg: ["0007"])
+    monkeypatch.setattr(stack, "status", lambda cfg: {"redis": "9/9 nodes up, cluster_state:ok"})
+    ran = run(capsys, "stack", "up", "--json")
+    assert ran.status == 0, ran.err
+    assert ran.out.count("\n") == 1  # one document, nothing else
+    shown = ran.json()
+    status = run(capsys, "stack", "status", "--json").json()
+    assert shown == {**status, "tookSeconds": 12.3, "migrations": ["0007"]}
+    assert status == {
+        "parts": {"redis": "9/9 nodes up, cluster_state:ok"},
+        "logDir": str(cfg.log_dir),
+    }
+    assert ran.err == "stack: redis ...\n"
+    text = run(capsys, "stack", "up").out  # without --json, as before: progress, then the table
+    assert text.startswith("stack: redis ...\nstack: up in 12.3s; migrations applied: 0007\n")
+
+
+def test_fleet_up_json_is_fleet_status_s_rows_and_what_started_goes_to_stderr(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rows: list[dict[str, object]] = [
+        {"name": "gw1", "address": "10.0.0.11:8000", "pid": 12, "ready": True, "balancer": "UP"},
+        {"name": "haproxy", "address": "http://10.0.0.1:8080", "pid": 13, "ready": True},
+    ]
+    hosts: list[object] = []
+
+    def up(cfg: Settings, gateways: int | None) -> list[object]:
+        print("fleet: creating fsf-gw1 ...")  # anything printed on the way
+        hosts.append(object())
+        return list(hosts)
+
+    monkeypatch.setattr(fleet, "current_hosts", lambda cfg: hosts)
+    monkeypatch.setattr(fleet, "up", up)
+    monkeypatch.setattr(fleet, "repair", lambda cfg, gateways: ["agent"])
+    monkeypatch.setattr(fleet, "balancer_url", lambda cfg: "http://10.0.0.1:8080")
+    monkeypatch.setattr(fleet, "status", lambda cfg: rows)
+    ran = run(capsys, "fleet", "up", "--gateways", "1", "--json")
+    assert ran.status == 0, ran.err
+    assert ran.out.count("\n") == 1 and ran.json() == rows
+    assert ran.json() == run(capsys, "fleet", "status", "--json").json()
+    assert (
+        ran.err
+        == "fleet: creating fsf-gw1 ...\nfleet: 1 gateway hosts behind http://10.0.0.1:8080\n"
+    )
+    again = run(capsys, "fleet", "up", "--json")  # partly up: only what is missing starts
+    assert (again.json(), again.err) == (rows, "fleet: started agent\n")
 
 
 def test_migrate_json_and_dry_run_apply_nothing(

@@ -5,10 +5,8 @@ pseudo-terminal, with compinit, as a user's shell would)."""
 
 from __future__ import annotations
 
-import argparse
 import re
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,18 +14,7 @@ import pytest
 from flashsale.cli import build_parser
 from flashsale.cli.completion import script
 from tests.support.cli_boundary import run
-
-
-def _tree(
-    parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
-) -> Iterator[tuple[tuple[str, ...], list[str], argparse.ArgumentParser]]:
-    """(path, its subcommands' names, its parser) for the top and every command under it."""
-    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    names = [name for action in subs for name in action.choices]
-    yield path, names, parser
-    for action in subs:
-        for name, child in action.choices.items():
-            yield from _tree(child, (*path, name))
+from tests.support.cli_tree import option_strings, tree
 
 
 def _ident(path: tuple[str, ...]) -> str:
@@ -35,23 +22,22 @@ def _ident(path: tuple[str, ...]) -> str:
 
 
 def test_the_tree_is_the_whole_command_line() -> None:  # the walk below misses nothing
-    tree = {path: names for path, names, _ in _tree(build_parser())}
-    assert "completion" in tree[()] and "watch" in tree[()]
-    assert tree[("fleet",)] == ["up", "down", "status"]
-    assert len(tree) > 25
+    found = {path: names for path, names, _ in tree(build_parser())}
+    assert "completion" in found[()] and "watch" in found[()]
+    assert found[("fleet",)] == ["up", "down", "status"]
+    assert len(found) > 25
 
 
 def test_the_bash_script_names_every_subcommand_under_its_parent_and_every_option() -> None:
     text = script("bash")
-    for path, names, parser in _tree(build_parser()):
+    for path, names, parser in tree(build_parser()):
         if names:
             found = re.search(rf"^{_ident(path)}_subparsers=\((.*)\)$", text, re.MULTILINE)
             assert found, f"flashsale {' '.join(path)}: no subcommand list"
             assert found.group(1).split() == names, path
         options = re.search(rf"^{_ident(path)}_option_strings=\((.*)\)$", text, re.MULTILINE)
         assert options, f"flashsale {' '.join(path)}: no option list"
-        wanted = {flag for action in parser._actions for flag in action.option_strings}
-        assert set(options.group(1).split()) == wanted, path
+        assert set(options.group(1).split()) == option_strings(parser), path
     checked = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True)
     assert checked.returncode == 0, checked.stderr
 
@@ -59,7 +45,7 @@ def test_the_bash_script_names_every_subcommand_under_its_parent_and_every_optio
 def test_the_zsh_script_names_every_subcommand_under_its_parent() -> None:
     text = script("zsh")
     assert text.startswith("#compdef flashsale\n")
-    for path, names, _ in _tree(build_parser()):
+    for path, names, _ in tree(build_parser()):
         if not names:
             continue
         block = re.search(
@@ -101,7 +87,7 @@ def _bash_complete(words: list[str]) -> list[str]:
 
 
 def test_bash_completes_commands_subcommands_and_options_from_the_sourced_script() -> None:
-    assert set(_bash_complete(["flashsale", ""])) == set(next(_tree(build_parser()))[1])
+    assert set(_bash_complete(["flashsale", ""])) == set(next(tree(build_parser()))[1])
     assert _bash_complete(["flashsale", "fleet", "st"]) == ["status"]
     assert _bash_complete(["flashsale", "completion", "z"]) == ["zsh"]
     assert _bash_complete(["flashsale", "fleet", "up", "--gat"]) == ["--gateways"]

@@ -329,11 +329,15 @@ async def test_up_starts_only_what_is_missing_and_the_agent_outlives_haproxy(
     assert supervisor is not None
     os.kill(supervisor, signal.SIGKILL)
     os.kill(agent, signal.SIGKILL)
-    done = await asyncio.to_thread(_cli, cfg, "up")
+    done = await asyncio.to_thread(_cli, cfg, "up", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
+    assert "fleet: started haproxy, agent\n" in done.stderr
     shown = await asyncio.to_thread(_cli, cfg, "status", "--json")
     assert shown.returncode == 0, shown.stderr
     rows = {row["name"]: row for row in json.loads(shown.stdout)}
+    # up --json printed the rows status prints: the same processes, by the same PIDs.
+    reached = {row["name"]: row["pid"] for row in json.loads(done.stdout)}
+    assert reached == {name: row["pid"] for name, row in rows.items()}
     for host in pair:  # the gateways that ran were not touched
         assert rows[f"gw{host.index}"]["pid"] == gateways[host.index]
         assert rows[f"gw{host.index}"]["ready"] is True
