@@ -48,6 +48,7 @@ ROUNDS = 5
 # cancel then took 0.96-2.0 s to release the unit, so the entry had mostly expired by then);
 # at a lighter load, from the cancel's answer, 0.01-0.91 s over 15 in 3 runs.
 MARGIN_S = 0.15
+STRANDED_AFTER_S = 30.0  # no 202 this long after a cancel: the unit is stranded
 
 
 @pytest.fixture(scope="module")
@@ -191,11 +192,12 @@ async def test_a_restock_reopens_the_item_within_the_bound_with_the_agent_stoppe
                 os.kill(agent, signal.SIGSTOP)
                 try:
                     sent_at = await asyncio.to_thread(_cancel, cfg, holder, order_id)
-                    reopened = (bound_s + MARGIN_S) * 3  # far past the bound: a stranded unit fails
+                    # The wait is for a 202's answer, which a loaded machine delays by
+                    # seconds; the bound is judged below on when that buyer was sent.
                     await _until(
                         functools.partial(load.reopened_since, sent_at),
-                        reopened,
-                        f"no 202 {reopened:.1f} s after the cancel",
+                        STRANDED_AFTER_S,
+                        f"no 202 {STRANDED_AFTER_S:.0f} s after the cancel",
                     )
                 except AssertionError as failed:
                     since = Counter(a.status for a in load.answers if a.sent_at >= sent_at)

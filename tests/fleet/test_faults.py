@@ -18,6 +18,7 @@ from flashsale.stack.processes import http_ready
 from gateway.auth import sign_token
 from gateway.paths import purchase_path
 from kernel.settings import Settings
+from rig.pressure import CpuPressure, bound_kept
 from shard_router import ShardRouter
 from tests.fleet.buyers import buy_new, users
 from tests.support.gateway import new_sale
@@ -149,12 +150,14 @@ async def test_a_host_killed_under_load_costs_only_its_in_flight_requests(
         for pid in inside.stdout.split():
             os.kill(int(pid), signal.SIGKILL)
 
+    pressure = CpuPressure()
     statuses = Counter(await _open_loop(live_stack, item_id, 5.0, asyncio.ensure_future(kill())))
     failed = sum(n for status, n in statuses.items() if status >= 500)
     print(f"\nanswers around the SIGKILL: {dict(statuses)}; 5xx or none: {failed}")
     assert set(statuses) <= {202, 409, 503, 502, 599}, statuses
-    # In flight on the host at the kill: RATE_PER_S / hosts × a request's few ms, a handful.
-    assert failed <= 10, statuses
+    # In flight on the host at the kill: RATE_PER_S / hosts × a request's few ms, a handful
+    # (the surviving host answers twice its share at once, which a starved machine cannot).
+    bound_kept(failed <= 10, f"{failed} failed of {dict(statuses)}", pressure.share())
     taken = QUANTITY - await _units_left(live_stack, item_id)
     # No unit lost or sold twice: every unit taken is a buyer told 202, or 409 (a retry that
     # found the first attempt's order), or one whose answer never came (a failed request).

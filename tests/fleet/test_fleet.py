@@ -9,15 +9,16 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-import aiohttp
 import httpx
 import pytest
 
+from flashsale import http_retry
 from flashsale.fleet import fleet, haproxy, namespaces
 from flashsale.fleet.namespaces import Host
 from gateway.auth import sign_token
 from gateway.paths import purchase_path
 from kernel.settings import Settings
+from rig.http import client_session
 from shard_router import ShardRouter
 from shard_router.stock_events import publish
 from tests.fleet.buyers import buy_new, users
@@ -33,14 +34,14 @@ def _in_map(cfg: Settings, item_id: int) -> bool:
 
 async def _sell_out(cfg: Settings, base: str, item_id: int, buyers: int) -> Counter[int]:
     """Every buyer at once through the balancer; a 503 is retried (a shared 2-core box)."""
-    async with aiohttp.ClientSession(base, connector=aiohttp.TCPConnector(limit=200)) as s:
+    async with client_session(base, limit=200) as s:
 
         async def buy(user: int) -> int:
             headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}
             for _ in range(20):
-                async with s.post(purchase_path(item_id), headers=headers) as response:
-                    if response.status not in (503, 403):  # 403: see _buy_new
-                        return response.status
+                answered, _, _ = await http_retry.answer(s, "POST", purchase_path(item_id), headers)
+                if answered not in (503, 403):  # 403: see _buy_new
+                    return answered
                 await asyncio.sleep(0.2)
             return 503
 

@@ -17,6 +17,7 @@ import httpx
 import jwt
 import pytest
 
+from flashsale import http_retry
 from gateway.auth import sign_token
 from kernel.settings import Settings
 from rig.http import client_session
@@ -56,11 +57,10 @@ async def _race(base: str, cfg: Settings, item_id: int, user_ids: list[int]) -> 
     async with client_session(base, limit=200, timeout=timeout) as session:
 
         async def buy(token: str) -> Answer:
-            async with session.post(
-                f"/api/flash-sales/items/{item_id}/purchase",
-                headers={"Authorization": f"Bearer {token}"},
-            ) as response:
-                return Answer(response.status, await response.json())
+            headers = {"Authorization": f"Bearer {token}"}
+            path = f"/api/flash-sales/items/{item_id}/purchase"
+            status, body, _ = await http_retry.answer(session, "POST", path, headers)
+            return Answer(status, json.loads(body))
 
         return list(await asyncio.gather(*(buy(t) for t in tokens)))
 

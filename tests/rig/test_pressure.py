@@ -6,8 +6,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from rig.invariants import Answers, answered_within_deadline
-from rig.pressure import PRESSURED, CpuPressure, cpu_stall_us
+from rig.pressure import PRESSURED, CpuPressure, bound_kept, cpu_stall_us
 
 PSI_TEXT = "some avg10=1.00 avg60=2.00 avg300=3.00 total={}\nfull avg10=0 total=0\n"
 
@@ -59,3 +61,17 @@ def test_on_a_starved_machine_lateness_is_reported_not_asserted() -> None:
 def test_unmeasured_pressure_asserts_the_deadline() -> None:
     check = answered_within_deadline(Answers([_Answer(202, 9.0)], 4.5))
     assert not check.passed
+
+
+@pytest.mark.parametrize("pressure", [None, 0.2, PRESSURED - 0.01])
+def test_a_missed_bound_fails_unless_the_machine_was_pressured(pressure: float | None) -> None:
+    with pytest.raises(AssertionError, match="65 failed"):
+        bound_kept(False, "65 failed", pressure)
+
+
+def test_a_missed_bound_on_a_pressured_machine_is_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    bound_kept(False, "65 failed", PRESSURED)
+    assert "reported, not asserted): 65 failed" in capsys.readouterr().out
+    bound_kept(True, "kept", None)  # a kept bound passes anywhere

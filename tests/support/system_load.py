@@ -23,6 +23,7 @@ import aiohttp
 from gateway.auth import sign_token
 from kernel.settings import Settings
 from rig.http import client_session
+from rig.pressure import CpuPressure
 
 CONNECTIONS = 1000  # more than the requests in flight at once at any rate the tests use
 LATE_MARGIN_S = 5.0  # a request is cut this long past its deadline: lateness stays measurable
@@ -97,6 +98,8 @@ class OpenLoad:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._done: Future[list[Answer]] | None = None
+        self._cpu: CpuPressure | None = None
+        self._cpu_share: float | None = None  # over the whole load, once it is over
 
     def now(self) -> float:
         """The load's clock: seconds since it started (for marking a fault's moments)."""
@@ -111,7 +114,14 @@ class OpenLoad:
         """Send nothing due at or after ``at_s`` (the load's clock): end it early."""
         self._end_s = min(self._end_s, at_s)
 
+    def pressure(self) -> float | None:
+        """rig.pressure's CPU share over the load (so far, if it still runs)."""
+        if self._cpu_share is not None or self._cpu is None:
+            return self._cpu_share
+        return self._cpu.share()
+
     def start(self) -> OpenLoad:
+        self._cpu = CpuPressure()
         self._thread.start()
         self._start = time.monotonic()
         self._done = asyncio.run_coroutine_threadsafe(self._run(), self._loop)
@@ -123,6 +133,7 @@ class OpenLoad:
         try:
             return self._done.result()
         finally:
+            self._cpu_share = self.pressure()
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)
             self._loop.close()
