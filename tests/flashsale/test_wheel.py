@@ -105,7 +105,10 @@ def _build_and_install(tmp: Path) -> Installed:
     (Path(purelib) / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     cwd = tmp / "elsewhere"
     cwd.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Not FLASHSALE_STATE_DIR either (a second xdist worker's stack sets it): the installed
+    # package must find its default one.
+    dropped = ("PYTHONPATH", "VIRTUAL_ENV", "FLASHSALE_STATE_DIR")
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     env |= {"FLASHSALE_ENV": "local", "XDG_STATE_HOME": str(tmp / "state")}
     installed = Installed(python, venv / "bin" / "flashsale", venv, env, cwd)
     installed.run(python, "-m", "pip", "install", "--no-deps", "--no-index", "-q", wheel)

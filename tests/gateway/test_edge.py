@@ -20,6 +20,7 @@ from gateway.auth import sign_token
 from kernel.fd_limit import raise_open_files_limit
 from kernel.settings import Settings
 from rig.attack import READY_LINE, SUMMARY_PREFIX, until_closed
+from rig.pressure import CpuPressure, bound_kept
 from rig.sale import LIFTED_IP_LIMITS
 from tests.support.gateway import ADMIN, new_sale, running_gateway
 from tests.support.workers import worker_port
@@ -33,6 +34,7 @@ TRUSTED_PROXY = "127.0.0.2"  # loopback is all of 127/8: a client socket can bin
 UNTRUSTED = "127.0.0.3"
 SILENT, SLOWLORIS = 10_000, 1_000
 ATTACK_S = 25.0
+STARVED_S = 10.0  # a buyer the attack starved waits this long or more (41 s unprotected)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +98,7 @@ def test_silent_and_slowloris_connections_cannot_starve_a_buyer(
     with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True) as attacker:
         try:
             _wait_for_line(attacker, READY_LINE, ATTACK_S)  # every socket open, some reopened
+            pressure = CpuPressure()
             slowest = 0.0
             for n in range(20):
                 user = uuid.uuid4().int % 10**12
@@ -116,8 +119,10 @@ def test_silent_and_slowloris_connections_cannot_starve_a_buyer(
     summary = json.loads(out.split(SUMMARY_PREFIX, 1)[1])
     # Starved, the same buyer waited for the whole attack (without the header timeout and the
     # connection permits, /healthz timed out for 41 s). The bound is loose: the attacker shares
-    # this machine's two cores.
-    assert slowest < 2.0, f"a buyer waited {slowest:.2f} s (connect, /healthz and purchase)"
+    # this machine's two cores; a starved machine may miss it, never by the attack's seconds.
+    waited = f"a buyer waited {slowest:.2f} s (connect, /healthz and purchase)"
+    assert slowest < STARVED_S, waited
+    bound_kept(slowest < 2.0, waited, pressure.share())
     assert max(lifetimes) < HEADER_TIMEOUT_MS / 1000 + 1, lifetimes
     # The gateway closed the attack's sockets (not the attack ending), most of them at least
     # once (a busy attacker notices late, and reopens late).

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import asyncpg
 import httpx
 import pytest
@@ -27,6 +26,7 @@ from gateway.waiting_room import proof, queue
 from gateway.waiting_room.tickets import Signer, Ticket, room_key
 from jobs.expiry import expire_once
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from rig.waiting import until, wait_until_async
 from shard_router import ShardRouter
@@ -36,6 +36,7 @@ from tests.support.workers import worker_port
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 6 * 10**14)
 ROOM_PORT = worker_port(18097)  # this module's gateway; the restart test's own takes +1
 _TICK_MS = 50
+JOIN_WAVE = 500
 _ENV = settings_env(**LIFTED_IP_LIMITS, waiting_room_tick_ms=_TICK_MS)
 
 
@@ -135,10 +136,13 @@ async def test_5000_early_joiners_for_500_units(
 ) -> None:
     sale, item, starts_at = _room_sale(gateway, 500, opens_in_s=40, rate=400)
     early = [next(_users) for _ in range(5000)]
-    connector = aiohttp.TCPConnector(limit=300)
-    async with aiohttp.ClientSession(gateway, connector=connector) as session:
+    async with client_session(gateway, limit=300) as session:
         c = Client(session, live_stack, sale, item)
-        joins = await asyncio.gather(*(c.join(b) for b in early))
+        # In waves: 5,000 tasks ready at once keep a starved client from writing a request on
+        # a connection it opened within the gateway's 2 s header timeout, which closes it.
+        joins = []
+        for at in range(0, len(early), JOIN_WAVE):
+            joins += await asyncio.gather(*(c.join(b) for b in early[at : at + JOIN_WAVE]))
         assert time.time() < starts_at, "the joins took longer than the time before the start"
         assert {s for s, _ in joins} == {200}, joins[:3]
         tickets = {b: body["ticket"] for b, (_, body) in zip(early, joins, strict=True)}
@@ -157,7 +161,7 @@ async def test_5000_early_joiners_for_500_units(
         late_places = [body["place"] for body in late_joins]
         held_at: list[float] = []
         buyers = [asyncio.create_task(c.wait_and_buy(b, tickets[b], held_at)) for b in early]
-        async with aiohttp.ClientSession(gateway) as watching:  # not queued behind the buyers
+        async with client_session(gateway) as watching:  # not queued behind the buyers
             watcher = Client(watching, live_stack, sale, item)
             late_tickets = [(b, body["ticket"]) for b, body in zip(late, late_joins, strict=True)]
             first_410 = await _first_sold_out(watcher, late_tickets)
@@ -225,7 +229,7 @@ async def test_a_purchase_needs_the_buyers_own_admission(
     sale, item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
     other_sale, other_item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
     buyer, someone = next(_users), next(_users)
-    async with aiohttp.ClientSession(gateway) as session:
+    async with client_session(gateway) as session:
         c = Client(session, live_stack, sale, item)
         _, joined = await c.join(buyer)
         admitted = await c.admitted(buyer, joined["ticket"])
@@ -264,7 +268,7 @@ async def test_an_expired_orders_unit_goes_to_the_next_buyer_in_the_queue(
     sale, item, _ = _room_sale(gateway, 2, opens_in_s=-1, rate=1, window_s=1)
     buyers = [next(_users) for _ in range(20)]
     meta = f"{{room:{sale}}}:meta"
-    async with aiohttp.ClientSession(gateway) as session:
+    async with client_session(gateway) as session:
         c = Client(session, live_stack, sale, item)
         tickets = []
         for b in buyers:  # after the start: places 1..20, first-come
@@ -307,7 +311,7 @@ async def test_a_forged_ticket_is_refused_by_the_gateway(
     sale, _, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
     buyer = next(_users)
     forged = Signer("not-the-secret").ticket(Ticket(buyer, sale, 1, 0))
-    async with aiohttp.ClientSession(gateway) as session:
+    async with client_session(gateway) as session:
         c = Client(session, live_stack, sale, 0)
         status, body, _ = await c.poll(buyer, forged)
         assert (status, body) == (401, {"error": "INVALID_TICKET"})
@@ -329,7 +333,7 @@ async def test_only_the_tickets_own_buyer_may_poll_it(
     sale, item, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100)
     owner, other = next(_users), next(_users)
     meta = f"{{room:{sale}}}:meta"
-    async with aiohttp.ClientSession(gateway) as session:
+    async with client_session(gateway) as session:
         c = Client(session, live_stack, sale, item)
         _, joined = await c.join(owner)
         ticket: str = joined["ticket"]
@@ -364,7 +368,7 @@ async def test_only_the_tickets_own_buyer_may_poll_it(
 async def test_joining_asks_the_sales_proof_of_work(gateway: str, live_stack: Settings) -> None:
     sale, _, _ = _room_sale(gateway, 5, opens_in_s=-1, rate=100, pow_bits=10)
     buyer = next(_users)
-    async with aiohttp.ClientSession(gateway) as session:
+    async with client_session(gateway) as session:
         c = Client(session, live_stack, sale, 0)
         refused = (403, {"error": "PROOF_OF_WORK_REQUIRED", "difficulty": 10}, 0)
         assert await c.send("POST", c.queue, c.auth(buyer)) == refused
@@ -383,12 +387,12 @@ async def test_tickets_and_admissions_outlive_a_gateway_restart(
     first, second = next(_users), next(_users)
     port = ROOM_PORT + 1
     with running_gateway(live_stack, port, **_ENV) as base:
-        async with aiohttp.ClientSession(base) as session:
+        async with client_session(base) as session:
             c = Client(session, live_stack, sale, item)
             tickets = [(await c.join(b))[1]["ticket"] for b in (first, second)]
             admission = (await c.admitted(first, tickets[0]))["admission"]
     with running_gateway(live_stack, port, **_ENV) as base:  # a new process, nothing kept
-        async with aiohttp.ClientSession(base) as session:
+        async with client_session(base) as session:
             c = Client(session, live_stack, sale, item)
             assert (await c.buy(first, admission))[0] == 202  # the old admission
             status, body, _ = await c.poll(second, tickets[1])  # the old ticket
