@@ -26,10 +26,10 @@ check: setup
 # `lint` is the name CI and older docs use for `check`.
 lint: check
 
-# pytest-xdist workers. WORKERS=2 gives the second a stack of its own (tests/support/workers.py):
-# 17 min instead of 26 on 2 cores, but the two stacks keep the CPU pressure above 80% and 5
-# rows still fail there, so one worker stays the default until they hold.
-WORKERS ?= 1
+# pytest-xdist workers (tests/support/scheduling.py): gw0 runs the whole-system rows on the
+# stack `make stack` starts, at full priority; gw1 the other modules on a stack of its own,
+# niced, filling the rows' idle time. WORKERS=1 runs everything in one process.
+WORKERS ?= 2
 
 test-fast: setup
 	@$(PY) -m pytest -m "not integration" -n $(WORKERS)
