@@ -28,8 +28,9 @@ lint: check
 
 # pytest-xdist workers (tests/support/scheduling.py): gw0 runs the whole-system rows on the
 # stack `make stack` starts, at full priority; gw1 the other modules on a stack of its own,
-# niced, filling the rows' idle time. WORKERS=1 runs everything in one process.
-WORKERS ?= 2
+# niced, filling the rows' idle time. The default stays one worker: under stress-ng --cpu 1
+# two workers still failed 7 light tests (docs in the session note); WORKERS=2 opts in.
+WORKERS ?= 1
 
 test-fast: setup
 	@$(PY) -m pytest -m "not integration" -n $(WORKERS)
