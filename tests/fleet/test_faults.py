@@ -8,6 +8,8 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import aiohttp
 import pytest
@@ -31,9 +33,15 @@ QUANTITY = 100_000  # far more than a run sells: no sold-out flag interferes
 
 
 async def _open_loop(
-    cfg: Settings, item_id: int, seconds: float, during: asyncio.Future[None] | None = None
+    cfg: Settings,
+    item_id: int,
+    seconds: float,
+    fault: Callable[[], Coroutine[Any, Any, None]] | None = None,
+    fault_at_s: float = 0.0,
 ) -> list[int]:
-    """Statuses of RATE_PER_S × seconds buyers, each sent on schedule through the balancer."""
+    """Statuses of RATE_PER_S × seconds buyers, each sent on schedule through the balancer;
+    ``fault`` starts on the load's own schedule, with the buyer due ``fault_at_s`` in (so a
+    starved loop that sends late strikes late too), and is awaited before returning."""
     timeout = aiohttp.ClientTimeout(total=15)
     async with aiohttp.ClientSession(fleet.balancer_url(cfg), timeout=timeout) as session:
 
@@ -47,13 +55,17 @@ async def _open_loop(
                 return 599  # no answer at all: as bad as a 5xx for the buyer
 
         tasks = []
+        struck: asyncio.Task[None] | None = None
+        fault_at = int(RATE_PER_S * fault_at_s)
         start = time.monotonic()
         for n in range(int(RATE_PER_S * seconds)):
             await asyncio.sleep(max(0.0, start + n / RATE_PER_S - time.monotonic()))
+            if fault is not None and n == fault_at:
+                struck = asyncio.create_task(fault())
             tasks.append(asyncio.create_task(one(next(users))))
         statuses = list(await asyncio.gather(*tasks))
-        if during is not None:
-            await during
+        if struck is not None:
+            await struck
         return statuses
 
 
@@ -95,7 +107,6 @@ async def test_a_partitioned_host_leaves_the_balancer_within_2_s(
     cut = hosts[0]
 
     async def partition() -> None:
-        await asyncio.sleep(1.0)
         namespaces.cut(live_stack, cut)
         cut_at = time.monotonic()
         while _state(live_stack, cut) == "UP":
@@ -106,8 +117,7 @@ async def test_a_partitioned_host_leaves_the_balancer_within_2_s(
         ready = http_ready(f"{fleet.gateway_url(live_stack, cut)}/readyz")
         assert not await asyncio.to_thread(ready)
 
-    during = asyncio.ensure_future(partition())
-    statuses = Counter(await _open_loop(live_stack, item_id, 5.0, during))
+    statuses = Counter(await _open_loop(live_stack, item_id, 5.0, partition, fault_at_s=1.0))
     print(f"answers while one host was cut off: {dict(statuses)}")
     namespaces.heal(cut)
     deadline = time.monotonic() + 10
@@ -141,7 +151,6 @@ async def test_a_host_killed_under_load_costs_only_its_in_flight_requests(
     victim = hosts[1]
 
     async def kill() -> None:
-        await asyncio.sleep(1.5)
         # The host dies whole: the gateway and its workers, every process in its namespace
         # (all of them started by this fleet).
         inside = subprocess.run(
@@ -151,7 +160,7 @@ async def test_a_host_killed_under_load_costs_only_its_in_flight_requests(
             os.kill(int(pid), signal.SIGKILL)
 
     pressure = CpuPressure()
-    statuses = Counter(await _open_loop(live_stack, item_id, 5.0, asyncio.ensure_future(kill())))
+    statuses = Counter(await _open_loop(live_stack, item_id, 5.0, kill, fault_at_s=1.5))
     failed = sum(n for status, n in statuses.items() if status >= 500)
     print(f"\nanswers around the SIGKILL: {dict(statuses)}; 5xx or none: {failed}")
     assert set(statuses) <= {202, 409, 503, 502, 599}, statuses
