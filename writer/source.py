@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -38,10 +37,6 @@ IDLE_WAIT_S = 0.5  # also the longest a stop waits for an idle poll to return
 KAFKA_TIMEOUT_S = 10.0
 
 _NO_TOPIC = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
-# A broker learns of a new topic in its own time: one asked just after the creation may answer
-# "no such topic" for a topic another broker already holds messages in. Only an answer that
-# stays so this long after the source started means there is nothing to drain.
-NO_TOPIC_GRACE_S = 5.0
 
 Place = tuple[str, int]
 T = TypeVar("T")
@@ -54,7 +49,6 @@ class EventSource:
         self.batch_size = max(1, cfg.writer_batch_size)
         self.batch_s = max(cfg.writer_batch_ms, 1) / 1000
         self.idle = False  # the last poll found nothing: wait for one message, not a batch
-        self._started = time.monotonic()
         self._pending: dict[Place, int] = {}
         self._start: dict[Place, int] = {}  # committed offset at assignment, for the lag
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="writer-kafka")
@@ -180,12 +174,11 @@ class EventSource:
         if self._pending and not self._commit_pending():
             return False
         meta = self._probe.list_topics(self.topic, timeout=KAFKA_TIMEOUT_S).topics.get(self.topic)
-        no_topic_for_long = time.monotonic() - self._started >= NO_TOPIC_GRACE_S
         if meta is None:
-            return no_topic_for_long
+            return True
         if meta.error is not None:
             # No such topic: nothing to drain. Any other error (a leader election): not yet.
-            return meta.error.code() in _NO_TOPIC and no_topic_for_long
+            return meta.error.code() in _NO_TOPIC
         places = [TopicPartition(self.topic, p) for p in meta.partitions]
         committed = self._probe.committed(places, timeout=KAFKA_TIMEOUT_S)
         for tp in committed:

@@ -19,30 +19,20 @@ def admin_client(cfg: Settings) -> AdminClient:
 
 
 def create_topics(admin: AdminClient, wanted: dict[str, int]) -> None:
-    """Create ``{name: partitions}`` and wait until every broker's metadata lists every
-    partition. Creation is asynchronous and each broker learns of it in its own time: a
-    producer could otherwise meet a topic without them, and a ``writer --once`` that asks a
-    broker still unaware finds "no such topic", nothing to drain, and stops before reading."""
+    """Create ``{name: partitions}`` and wait until the broker's metadata lists every partition
+    (creation is asynchronous: a producer could otherwise meet a topic without them)."""
     futures = admin.create_topics(
         [NewTopic(name, parts, 1) for name, parts in wanted.items()], operation_timeout=10
     )
     for future in futures.values():
         future.result(timeout=30)
-    brokers = [f"{b.host}:{b.port}" for b in admin.list_topics(timeout=10).brokers.values()]
     deadline = time.monotonic() + LISTED_TIMEOUT_S
-    for broker in brokers:
-        one = AdminClient(
-            {"bootstrap.servers": broker}
-        )  # bootstrapped from that broker alone: asked first
-        while not _lists(one, wanted):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"topics {sorted(wanted)} not listed by {broker}")
-            time.sleep(0.05)
-
-
-def _lists(admin: AdminClient, wanted: dict[str, int]) -> bool:
-    listed = admin.list_topics(timeout=5).topics
-    return all(name in listed and len(listed[name].partitions) == n for name, n in wanted.items())
+    while time.monotonic() < deadline:
+        listed = admin.list_topics(timeout=5).topics
+        if all(name in listed and len(listed[name].partitions) == n for name, n in wanted.items()):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"topics {sorted(wanted)} not listed")
 
 
 def delete_topics(admin: AdminClient, names: Sequence[str]) -> None:

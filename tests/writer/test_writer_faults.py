@@ -15,6 +15,7 @@ import pytest
 from kernel.events import OrderPlaced, encode
 from kernel.settings import PROJECT_ROOT, Settings
 from rig.waiting import until
+from tests.support.workers import stack_overlay, this_worker
 from tests.support.writer import (
     Message,
     Topics,
@@ -48,6 +49,9 @@ def _sale(item: int) -> list[Message]:
 
 async def _writer_process(t: Topics, *, failpoint: str | None) -> tuple[int, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLASHSALE_")}
+    # Back: this xdist worker's own stack (without it a second worker's writer read the first
+    # worker's Kafka, found no such topic and stopped at once).
+    env |= stack_overlay(this_worker(), env)
     env |= {
         "FLASHSALE_ORDERS_TOPIC": t.orders,
         "FLASHSALE_DEADLETTER_TOPIC": t.deadletter,
