@@ -20,6 +20,7 @@ from tests.support.tiers import mark_by_fixtures, refuse_stack_connections, serv
 from tests.support.workers import schedule_by_module, this_worker
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: without xdist (-p no:xdist) there is none
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> RowsOnFirstWorker | None:
     return RowsOnFirstWorker(config, log) if config.getvalue("dist") == "loadgroup" else None
 

@@ -12,9 +12,10 @@ Buyers are spread over the gateways round robin, like a balancer.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -100,6 +101,8 @@ class OpenLoad:
         self._done: Future[list[Answer]] | None = None
         self._cpu: CpuPressure | None = None
         self._cpu_share: float | None = None  # over the whole load, once it is over
+        # Buyer i's answer once it came: read live by settle(), written on the load's loop.
+        self._answered: list[Answer | None] = [None] * count
 
     def now(self) -> float:
         """The load's clock: seconds since it started (for marking a fault's moments)."""
@@ -113,6 +116,34 @@ class OpenLoad:
     def finish_at(self, at_s: float) -> None:
         """Send nothing due at or after ``at_s`` (the load's clock): end it early."""
         self._end_s = min(self._end_s, at_s)
+
+    def settle(
+        self,
+        after_s: float,
+        *,
+        window_s: float,
+        limit_s: float,
+        ok: Callable[[Answer], bool] = lambda a: a.status == 202,
+    ) -> float | None:
+        """Block until every buyer due in some ``window_s`` after ``after_s`` got an ``ok``
+        answer, then end the load there: a row that waits for recovery runs as long as recovery
+        takes, not as long as its bound. The load's clock at the window's end, or None if no
+        such window came by ``after_s + limit_s`` (the load then runs on to its duration)."""
+        run = max(1, round(window_s * self._rate))
+        first = math.ceil(after_s * self._rate)
+        while self.now() < after_s + limit_s + window_s:
+            streak = 0
+            for i in range(first, len(self._answered)):
+                answer = self._answered[i]
+                if answer is None and i / self._rate > self.now():
+                    break  # not due yet: nothing later is answered either
+                streak = streak + 1 if answer is not None and ok(answer) else 0
+                if streak == run:
+                    end_s = (i + 1) / self._rate
+                    self.finish_at(end_s)
+                    return end_s
+            time.sleep(0.25)
+        return None
 
     def pressure(self) -> float | None:
         """rig.pressure's CPU share over the load (so far, if it still runs)."""
@@ -167,4 +198,8 @@ class OpenLoad:
             # latency from due.
             resent = True
             status, retry_after, order_id, error = await buy(session, base, self._item_id, token)
-        return Answer(buyer, gateway, due, self.now(), status, retry_after, order_id, error, resent)
+        answer = Answer(
+            buyer, gateway, due, self.now(), status, retry_after, order_id, error, resent
+        )
+        self._answered[i] = answer
+        return answer

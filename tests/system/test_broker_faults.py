@@ -8,7 +8,6 @@ a single-broker stack: with one broker, a broker loss is an outage, not a failov
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import itertools
@@ -31,7 +30,6 @@ from rig.pressure import bound_kept
 from rig.sale import LIFTED_IP_LIMITS, running_writer
 from tests.support.constants import QUICK_RELAY
 from tests.support.gateway import ADMIN, new_sale, running_gateway
-from tests.support.purchase_load import LoadResult, PurchaseLoad
 from tests.support.system import fresh_buyers, request_deadline_s
 from tests.support.system_load import Answer, OpenLoad
 from tests.support.workers import worker_port
@@ -45,6 +43,7 @@ IN_SYNC_TIMEOUT_S = 90.0
 # 13 from other test runs); the bound says "it recovers", not how fast.
 RECOVERY_LIMIT_S = 45.0
 FAST_503_S = 0.5  # a refusal before any Kafka send, on a 2-core box under load
+SETTLED_S = 5.0  # recovered: this long of buyers, every one answered 202
 _users = itertools.count(uuid.uuid4().int % 10**12 * 1000 + 7 * 10**14)
 
 
@@ -113,100 +112,144 @@ def _sale(base: str, duration_s: float) -> int:
     return item_id
 
 
-async def _checked(cfg: Settings, item_id: int, load: LoadResult) -> None:
+def _open_load(cfg: Settings, base: str, item_id: int, duration_s: float) -> OpenLoad:
+    return OpenLoad(
+        cfg,
+        [base],
+        item_id,
+        first_buyer=fresh_buyers(1)[0],
+        rate=RATE,
+        duration_s=duration_s,
+        deadline_s=request_deadline_s(cfg),
+    ).start()
+
+
+def _due(answers: list[Answer], start_s: float, end_s: float) -> list[Answer]:
+    """The answers to buyers due in [start_s, end_s)."""
+    return [a for a in answers if start_s <= a.due_s < end_s]
+
+
+def _pause_s(answers: list[Answer], after_s: float) -> float:
+    """The longest time without a 202 answer, from ``after_s`` on (a fault's start)."""
+    done = sorted(a.done_s for a in answers if a.status == 202 and a.done_s >= after_s)
+    marks = [after_s, *done]
+    return max((b - a for a, b in itertools.pairwise(marks)), default=0.0)
+
+
+def _first_202_after(answers: list[Answer], at_s: float) -> float:
+    done = [a.done_s for a in answers if a.status == 202 and a.done_s >= at_s]
+    return min(done, default=float("inf")) - at_s
+
+
+def _slowest_s(answers: list[Answer], status: int) -> float:
+    return max((a.latency_s for a in answers if a.status == status), default=0.0)
+
+
+def _labels(answers: list[Answer]) -> Counter[str]:
+    return Counter(a.label for a in answers)
+
+
+def _checked(cfg: Settings, item_id: int, answers: list[Answer]) -> None:
     """The checker, while the brokers are as the row left them: the writer must drain."""
-    checks = await asyncio.to_thread(check_invariants, cfg, [item_id], load.accepted)
+    accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
+    checks = check_invariants(cfg, [item_id], accepted)
     assert all(c.passed for c in checks), render(checks)
-    assert set(load.statuses) <= {202, 503}, load.statuses
+    assert {a.status for a in answers} <= {202, 503}, _labels(answers)
 
 
-def _report(row: str, load: LoadResult, fault_s: float, **more: float) -> None:
+def _report(row: str, answers: list[Answer], fault_s: float, **more: float) -> None:
     extra = "".join(f", {k} {v:.1f}s" for k, v in more.items())
+    held = sum(1 for a in answers if a.status == 503 and a.order_id)
     print(
-        f"\nROW {row}: {load.statuses[202]} x 202, {load.statuses[503]} x 503,"
-        f" ({load.held} with a unit held), pause {load.pause_s(fault_s):.1f}s,"
-        f" slowest 503 {load.slowest_s(503):.1f}s{extra}; {dict(load.errors)}"
+        f"\nROW {row}: {_labels(answers)} ({held} 503s with a unit held),"
+        f" pause {_pause_s(answers, fault_s):.1f}s, slowest 503 {_slowest_s(answers, 503):.1f}s"
+        f"{extra}"
     )
 
 
 @pytest.mark.parametrize("kind", ["broker", "controller"])
-async def test_one_broker_killed_mid_sale_loses_no_acknowledged_order_and_the_sale_goes_on(
+def test_one_broker_killed_mid_sale_loses_no_acknowledged_order_and_the_sale_goes_on(
     gateway: str, cfg3: Settings, at_rest: KafkaCluster, kind: str
 ) -> None:
     duration = 30.0
     item_id = _sale(gateway, duration)
     victim = _victim(at_rest, cfg3.orders_topic, kind)
-    async with PurchaseLoad(cfg3, gateway, item_id, _users, rate=RATE, duration_s=duration) as run:
-        await asyncio.sleep(5)
-        killed_at = run.now()
+    load = _open_load(cfg3, gateway, item_id, duration)
+    try:
+        load.sleep_until(5)
+        killed_at = load.now()
         _kill(victim)
-        load = await run.result()
-    _report(f"one {kind} (node {victim.node_id}) SIGKILLed", load, killed_at)
+    finally:
+        answers = load.result()
+    _report(f"one {kind} (node {victim.node_id}) SIGKILLed", answers, killed_at)
     # The leaders moved and the sale went on: long after the kill, every buyer gets a 202.
-    late = load.between(killed_at + 15, duration)
-    assert late and all(a.status == 202 for a in late), LoadResult(late).statuses
-    assert load.pause_s(killed_at) < 10
-    await _checked(cfg3, item_id, load)  # the victim still down: the writer drains anyway
+    late = _due(answers, killed_at + 15, duration)
+    assert late and all(a.status == 202 for a in late), _labels(late)
+    assert _pause_s(answers, killed_at) < 10
+    _checked(cfg3, item_id, answers)  # the victim still down: the writer drains anyway
 
 
-async def test_a_killed_broker_restarted_catches_up_and_is_back_in_sync(
+def test_a_killed_broker_restarted_catches_up_and_is_back_in_sync(
     gateway: str, cfg3: Settings, at_rest: KafkaCluster
 ) -> None:
     duration = 35.0
     item_id = _sale(gateway, duration)
     victim = _victim(at_rest, cfg3.orders_topic, "broker")
-    async with PurchaseLoad(cfg3, gateway, item_id, _users, rate=RATE, duration_s=duration) as run:
-        await asyncio.sleep(5)
-        killed_at = run.now()
+    load = _open_load(cfg3, gateway, item_id, duration)
+    try:
+        load.sleep_until(5)
+        killed_at = load.now()
         _kill(victim)
-        await asyncio.sleep(10)  # it misses 10 s of orders on its replicas
+        load.sleep_until(killed_at + 10)  # it misses 10 s of orders on its replicas
         restarted = time.monotonic()
-        await asyncio.to_thread(at_rest.start, victim)
-        synced = await asyncio.to_thread(
-            wait_until, at_rest.topics.in_sync, IN_SYNC_TIMEOUT_S, 0.25
-        )
+        at_rest.start(victim)
+        synced = wait_until(at_rest.topics.in_sync, IN_SYNC_TIMEOUT_S, 0.25)
         catch_up = time.monotonic() - restarted
-        load = await run.result()
+    finally:
+        answers = load.result()
     assert synced, "the restarted broker never got back in sync"
-    _report(f"node {victim.node_id} restarted after 10 s", load, killed_at, in_sync_after=catch_up)
+    _report(
+        f"node {victim.node_id} restarted after 10 s", answers, killed_at, in_sync_after=catch_up
+    )
     assert at_rest.topics.describe()[cfg3.orders_topic].under_replicated == 0
-    await _checked(cfg3, item_id, load)
+    _checked(cfg3, item_id, answers)
 
 
-async def test_two_brokers_down_answer_503_and_recover_when_one_returns(
+def test_two_brokers_down_answer_503_and_recover_when_one_returns(
     gateway: str, cfg3: Settings, at_rest: KafkaCluster
 ) -> None:
-    down_s, after_s = 12.0, RECOVERY_LIMIT_S + 5
-    duration = 5 + down_s + after_s
+    down_s = 12.0
+    duration = 5 + down_s + RECOVERY_LIMIT_S + SETTLED_S
     item_id = _sale(gateway, duration)
     first, second = at_rest.nodes[1:]  # node 1 stays: some broker must remain
-    async with PurchaseLoad(cfg3, gateway, item_id, _users, rate=RATE, duration_s=duration) as run:
-        await asyncio.sleep(5)
-        killed_at = run.now()
+    load = _open_load(cfg3, gateway, item_id, duration)
+    try:
+        load.sleep_until(5)
+        killed_at = load.now()
         _kill(first)
         _kill(second)
-        await asyncio.sleep(down_s)
-        back_at = run.now()
-        await asyncio.to_thread(at_rest.start, second)
-        load = await run.result()
-    recovered = load.first_202_after(back_at)
-    _report("two brokers SIGKILLed, one back", load, killed_at, recovered_after_return=recovered)
+        load.sleep_until(killed_at + down_s)
+        back_at = load.now()
+        at_rest.start(second)
+        # Once a second broker is back (a JVM start, a controller election, the other broker
+        # fenced), purchases succeed again: every buyer of SETTLED_S running gets a 202.
+        settled_at = load.settle(back_at, window_s=SETTLED_S, limit_s=RECOVERY_LIMIT_S)
+    finally:
+        answers = load.result()
+    recovered = _first_202_after(answers, back_at)
+    _report("two brokers SIGKILLed, one back", answers, killed_at, recovered_after_return=recovered)
+    assert settled_at is not None, f"no {SETTLED_S:.0f} s of 202s within {RECOVERY_LIMIT_S:.0f} s"
     # No acknowledgement while only one copy could be written: a 202 needs 2 in-sync replicas.
-    settled = load.between(killed_at + cfg3.kafka_timeout_ms / 1000 + 1, back_at)
-    assert settled and all(a.status == 503 for a in settled), LoadResult(settled).statuses
+    refused = _due(answers, killed_at + cfg3.kafka_timeout_ms / 1000 + 1, back_at)
+    assert refused and all(a.status == 503 for a in refused), _labels(refused)
     # Every 503 within the Kafka deadline (plus scheduling), none hanging.
-    assert load.slowest_s(503) < cfg3.kafka_timeout_ms / 1000 + 2
-    # Once a second broker is back (a JVM start, a controller election, the other broker
-    # fenced), purchases succeed again.
-    assert recovered < RECOVERY_LIMIT_S
-    late = load.between(duration - 5, duration)
-    assert late and all(a.status == 202 for a in late), LoadResult(late).statuses
-    await _checked(cfg3, item_id, load)
+    assert _slowest_s(answers, 503) < cfg3.kafka_timeout_ms / 1000 + 2
+    _checked(cfg3, item_id, answers)
     # Fast, and before a unit is taken: the producer's gate (OrderProducer.available) sees the
     # killed brokers refuse connections within a health round, long before the controller fences
     # them, so no buyer waits out the Kafka deadline.
-    slow_or_held = [a for a in settled if a.order_id or a.done_s - a.sent_s > FAST_503_S]
-    assert not slow_or_held, f"{len(slow_or_held)} of {len(settled)} 503s were slow or held a unit"
+    slow_or_held = [a for a in refused if a.order_id or a.latency_s > FAST_503_S]
+    assert not slow_or_held, f"{len(slow_or_held)} of {len(refused)} 503s were slow or held a unit"
 
 
 # A hung broker (SIGSTOP: a long GC pause, a stalled disk) still takes TCP connections: its
@@ -238,22 +281,14 @@ def _holds(base: str, item_id: int) -> int:
     return sum(int(shard["holds"]) for shard in item.json()["shards"])
 
 
-def _open_load(cfg: Settings, base: str, item_id: int, duration_s: float) -> OpenLoad:
-    return OpenLoad(
-        cfg,
-        [base],
-        item_id,
-        first_buyer=fresh_buyers(1)[0],
-        rate=RATE,
-        duration_s=duration_s,
-        deadline_s=request_deadline_s(cfg),
-    ).start()
+def _selling(answer: Answer) -> bool:
+    return answer.status == 202 or answer.label == "503 OVERLOADED"
 
 
 def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
     gateway: str, cfg3: Settings, at_rest: KafkaCluster
 ) -> None:
-    duration = 5 + HUNG_S + RECOVERY_LIMIT_S
+    duration = 5 + HUNG_S + RECOVERY_LIMIT_S + SETTLED_S
     item_id = _sale(gateway, duration)
     load = _open_load(cfg3, gateway, item_id, duration)
     try:
@@ -265,6 +300,11 @@ def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
             load.sleep_until(hung_at + HUNG_S)
             held_after = _holds(gateway, item_id)
             resumed_at = load.now()
+        # Resumed, the brokers answer again and the sale goes on: no Kafka refusal any more
+        # (admission may still shed a starved box).
+        settled_at = load.settle(
+            resumed_at, window_s=SETTLED_S, limit_s=RECOVERY_LIMIT_S, ok=_selling
+        )
     finally:
         answers = load.result()
     gated = [a for a in answers if hung_at + DETECT_S <= a.due_s < resumed_at]
@@ -278,15 +318,8 @@ def test_every_broker_hung_answers_a_quick_503_and_takes_no_unit(
     assert not slow_or_held, f"{len(slow_or_held)} of {len(gated)} were slow or held a unit"
     assert all(a.status == 503 and a.retry_after for a in gated), Counter(a.label for a in gated)
     assert held_after == held_before, "units were taken while every broker hung"
-    # Resumed, the brokers answer again and the sale goes on.
-    after = [a for a in answers if a.due_s >= resumed_at and a.status == 202]
-    assert after, "no purchase succeeded after the brokers resumed"
-    # The gate open again: no Kafka refusal late on (admission may still shed a starved box).
-    late = [a for a in answers if a.due_s >= duration - 5]
-    assert late and not [a for a in late if a.label == "503 UNAVAILABLE"], Counter(
-        a.label for a in late
-    )
-    assert any(a.status == 202 for a in late)
+    assert settled_at is not None, f"still refused {RECOVERY_LIMIT_S:.0f} s after the resume"
+    assert any(a.status == 202 for a in _due(answers, settled_at - SETTLED_S, settled_at))
     accepted = {a.order_id for a in answers if a.status == 202 and a.order_id}
     checks = check_invariants(cfg3, [item_id], accepted)
     assert all(c.passed for c in checks), render(checks)
