@@ -246,6 +246,10 @@ class Settings:
     edge_queue_per_server: int = 32
     edge_queue_timeout_ms: int = 100
     edge_maxconn: int = 16000
+    # How long the balancer keeps an idle client connection open (haproxy's http-keep-alive);
+    # the project's own clients drop theirs at half of it (rig/http.py), so none reuses one
+    # as it closes.
+    edge_keepalive_ms: int = 1000
     # The path prefixes the balancer's public listener forwards; anything else it answers 404
     # NOT_FOUND itself ("/" forwards every route). Operators reach /admin, /vouchers and
     # /metrics through the fleet's operator listener (balancer port + 1, loopback only).
@@ -348,6 +352,7 @@ _RANGES: dict[str, msgspec.Meta] = {
             "edge_server_maxconn",
             "edge_queue_timeout_ms",
             "edge_maxconn",
+            "edge_keepalive_ms",
             "waiting_room_tick_ms",
             "waiting_room_rate_per_s",
             "waiting_room_admission_s",

@@ -46,6 +46,7 @@ class Edge:
     sold_out_ttl_ms: int = 1000
     buyer_bucket: Bucket | None = None
     buyer_tokens: BuyerTokens | None = None
+    keepalive_ms: int = 1000
 
     @classmethod
     def of(cls, cfg: Settings) -> Edge:
@@ -59,6 +60,7 @@ class Edge:
             cfg.sold_out_flag_ttl_ms,
             (cfg.user_rate_per_s, cfg.user_burst),
             BuyerTokens.of(cfg),
+            cfg.edge_keepalive_ms,
         )
 
     def environment(self) -> dict[str, str]:
@@ -135,6 +137,7 @@ def render(
         port=port,
         maxconn=edge.maxconn,
         queue_ms=edge.queue_timeout_ms,
+        keepalive_ms=edge.keepalive_ms,
         server_maxconn=edge.server_maxconn,
         max_queue=max(1, edge.queue_per_server * len(hosts)),
         overloaded_body=_quoted(encode(OVERLOADED.body())),

@@ -30,6 +30,7 @@ from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from gateway.paths import purchase_path
 from kernel.settings import PREFIX, Settings
+from rig.http import client_session
 from rig.waiting import until
 from shard_router import ShardRouter
 from shard_router.stock_events import CHANNEL, publish
@@ -77,7 +78,7 @@ class Load:
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=15)
         base = fleet.balancer_url(self.cfg)
-        async with aiohttp.ClientSession(base, timeout=timeout) as session:
+        async with client_session(base, timeout=timeout) as session:
             tasks = []
             start = time.monotonic()
             n = 0

@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-import aiohttp
 import pytest
 
 from flashsale.fleet import fleet
@@ -18,6 +17,7 @@ from flashsale.stack.processes import settings_env
 from gateway.errors import RateLimited
 from gateway.responses import encode
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.sale import LIFTED_IP_LIMITS
 from tests.fleet.buyers import buy_new, buy_noting_refusals, users
 from tests.fleet.conftest import limited_fleet
@@ -51,7 +51,7 @@ async def _offer(
     statuses (its first 202, then 409 ALREADY_PURCHASED, or 429), the span from the first send
     to the last, and the 429 bodies."""
     refusals: list[bytes] = []
-    async with aiohttp.ClientSession(fleet.balancer_url(cfg)) as session:
+    async with client_session(fleet.balancer_url(cfg)) as session:
         sends = sorted(
             [(n / GREEDY_PER_S, greedy) for n in range(int(GREEDY_PER_S * OFFERED_S))]
             + [(n / QUIET_PER_S, quiet) for n in range(int(QUIET_PER_S * OFFERED_S))]

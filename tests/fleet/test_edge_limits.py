@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
-import aiohttp
 import httpx
 import pytest
 
@@ -19,6 +18,7 @@ from flashsale.stack.processes import settings_env
 from gateway.errors import RateLimited
 from gateway.responses import encode
 from kernel.settings import Settings
+from rig.http import client_session
 from tests.fleet.buyers import buy_new, buy_noting_refusals, users
 from tests.fleet.conftest import limited_fleet
 from tests.support.constants import REDIS_TIMEOUT_MS
@@ -45,7 +45,7 @@ async def _offer(cfg: Settings, item_id: int) -> tuple[Counter[int], float, list
     """OFFERED_PER_S purchases a second by fresh buyers from this one address, open loop:
     their statuses, the span from the first send to the last, and the 429 bodies."""
     refusals: list[bytes] = []
-    async with aiohttp.ClientSession(fleet.balancer_url(cfg)) as session:
+    async with client_session(fleet.balancer_url(cfg)) as session:
         tasks = []
         start = time.monotonic()
         for n in range(int(OFFERED_PER_S * OFFERED_S)):

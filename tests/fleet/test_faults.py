@@ -20,6 +20,7 @@ from flashsale.stack.processes import http_ready
 from gateway.auth import sign_token
 from gateway.paths import purchase_path
 from kernel.settings import Settings
+from rig.http import client_session
 from rig.pressure import CpuPressure, bound_kept
 from shard_router import ShardRouter
 from tests.fleet.buyers import buy_new, users
@@ -43,7 +44,7 @@ async def _open_loop(
     ``fault`` starts on the load's own schedule, with the buyer due ``fault_at_s`` in (so a
     starved loop that sends late strikes late too), and is awaited before returning."""
     timeout = aiohttp.ClientTimeout(total=15)
-    async with aiohttp.ClientSession(fleet.balancer_url(cfg), timeout=timeout) as session:
+    async with client_session(fleet.balancer_url(cfg), timeout=timeout) as session:
 
         async def one(user: int) -> int:
             headers = {"Authorization": f"Bearer {sign_token(cfg, user)}"}

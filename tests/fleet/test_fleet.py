@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import subprocess
 import time
 from collections import Counter
@@ -28,6 +29,8 @@ from tests.fleet.conftest import GATEWAYS
 from tests.support.gateway import new_sale
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STALE_CAP_S = 10.0  # a stale flag still there this long after the broadcast never goes
 
 
 def _in_map(cfg: Settings, item_id: int) -> bool:
@@ -113,11 +116,10 @@ async def test_sold_out_reaches_every_gateway_and_the_balancer(
 
 
 def _flag_delay(cfg: Settings, hosts: list[Host], item_id: int, sold_at: float) -> float:
-    """Until the balancer answers the item itself; every gateway answers 410 by then too."""
-    while not _in_map(cfg, item_id):
-        assert time.monotonic() - sold_at < 1.0, "not flagged at the balancer within 1 s"
-        time.sleep(0.002)
-    delay = time.monotonic() - sold_at
+    """Until the balancer answers the item itself; every gateway answers 410 by then too. How
+    long is the caller's to judge (against the machine's load)."""
+    in_map = functools.partial(_in_map, cfg, item_id)
+    delay = _seconds_until(in_map, sold_at, STALE_CAP_S, "the balancer's entry")
     for host in hosts:
         assert buy_new(cfg, fleet.gateway_url(cfg, host), item_id, next(users)).status_code == 410
     assert buy_new(cfg, fleet.balancer_url(cfg), item_id, next(users)).status_code == 410
@@ -132,7 +134,13 @@ def test_a_cancel_reopens_the_item_at_the_balancer(live_stack: Settings, hosts: 
     assert (
         buy_new(live_stack, fleet.gateway_url(live_stack, hosts[1]), item_id, 2).status_code == 410
     )
-    _wait_for(lambda: _in_map(live_stack, item_id), 1.0)
+    pressure = CpuPressure()
+    _seconds_until(
+        functools.partial(_in_map, live_stack, item_id),
+        time.monotonic(),
+        STALE_CAP_S,
+        "the balancer's entry",
+    )
     headers = {"Authorization": f"Bearer {sign_token(live_stack, owner)}"}
     cancel_url = f"{base}/api/flash-sales/orders/{order}/cancel"
     deadline = time.monotonic() + 30  # the writer must have stored the order first
@@ -142,19 +150,21 @@ def test_a_cancel_reopens_the_item_at_the_balancer(live_stack: Settings, hosts: 
     returned_at = time.monotonic()
     while (answer := buy_new(live_stack, base, item_id, next(users))).status_code != 202:
         assert answer.status_code == 410, answer.text
-        assert time.monotonic() - returned_at < 1.0, "still sold out at the balancer after 1 s"
+        assert time.monotonic() - returned_at < STALE_CAP_S, "never reopened at the balancer"
         time.sleep(0.01)
-    print(
-        f"\npurchasable through the balancer {1000 * (time.monotonic() - returned_at):.0f} ms "
-        "after the cancel answered"
-    )
+    reopened_after = time.monotonic() - returned_at
+    measured = f"purchasable through the balancer {1000 * reopened_after:.0f} ms after the cancel"
+    print(f"\n{measured}")
+    bound_kept(reopened_after < 1.0, measured, pressure.share())
 
 
-def _wait_for(check: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+def _seconds_until(check: Callable[[], bool], since: float, cap_s: float, what: str) -> float:
+    """Seconds from ``since`` until ``check`` held; past ``cap_s`` it never will (a bound far
+    above the design's: how long it took is judged by the caller, against the machine's load)."""
     while not check():
-        assert time.monotonic() < deadline
+        assert time.monotonic() - since < cap_s, f"{what} not within {cap_s:.0f} s"
         time.sleep(0.005)
+    return time.monotonic() - since
 
 
 async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
@@ -164,11 +174,15 @@ async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
     broadcast was lost, say): the balancer's entry and every gateway's own flag are gone within
     the flag bound of the broadcast. The broadcast reaches the gateways too, and each clears its
     flag on its own re-check, not when the balancer does: so the purchase is asked again until
-    the bound, never beyond it (the flaky version expected a 202 the moment the map was clear)."""
+    the bound, never beyond it (the flaky version expected a 202 the moment the map was clear).
+    The bound is the design's for a machine that runs the agent when it is due: under CPU
+    pressure a miss is reported (rig.pressure.bound_kept), and only a flag that never goes
+    fails."""
     base = fleet.balancer_url(live_stack)
     bound_s = live_stack.sold_out_flag_ttl_ms / 1000
     item_id = new_sale(fleet.operator_url(live_stack), 5, 1)["items"][0]["itemId"]
     assert buy_new(live_stack, base, item_id, next(users)).status_code == 202  # cached, open
+    pressure = CpuPressure()
     router = ShardRouter(live_stack)
     await router.start()
     try:
@@ -176,25 +190,26 @@ async def test_a_stale_flag_at_the_balancer_is_resynchronised_away(
         await publish(router.client, "soldout", item_id)
     finally:
         await router.close()
-    _wait_for(lambda: _in_map(live_stack, item_id), bound_s)
-    flagged_after = time.monotonic() - published_at
-    while _in_map(live_stack, item_id):
-        assert time.monotonic() - published_at < bound_s, "the stale entry outlived the bound"
-        time.sleep(0.005)
-    cleared_after = time.monotonic() - published_at
+    in_map = functools.partial(_in_map, live_stack, item_id)
+    flagged_after = _seconds_until(in_map, published_at, STALE_CAP_S, "the balancer's entry")
+    cleared_after = _seconds_until(
+        lambda: not in_map(), published_at, STALE_CAP_S, "the stale entry's end"
+    )
     while True:
         sent_after = time.monotonic() - published_at
         answer = buy_new(live_stack, base, item_id, next(users))
         if answer.status_code != 410:
             break
-        assert sent_after < bound_s, "a gateway's stale flag outlived the bound"
+        assert sent_after < STALE_CAP_S, "a gateway's stale flag never went"
         time.sleep(0.01)
     assert answer.status_code == 202, answer.text
-    print(
-        f"\nstale flag: at the balancer {1000 * flagged_after:.0f} ms after the broadcast, gone"
+    measured = (
+        f"stale flag: at the balancer {1000 * flagged_after:.0f} ms after the broadcast, gone"
         f" {1000 * cleared_after:.0f} ms after it; first 202 sent {1000 * sent_after:.0f} ms"
         f" after it (bound {1000 * bound_s:.0f} ms)"
     )
+    print(f"\n{measured}")
+    bound_kept(cleared_after < bound_s and sent_after < bound_s, measured, pressure.share())
 
 
 def test_down_leaves_nothing(live_stack: Settings, hosts: list[Host]) -> None:
