@@ -5,12 +5,14 @@ made-up figures, with no stack."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import os
 import pty
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -224,3 +226,67 @@ def _once(cfg: Settings, sale_id: int) -> str:
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+@pytest.fixture
+def hung_listener() -> Iterator[tuple[str, list[socket.socket]]]:
+    """A loopback address that accepts connections and never answers (a starved Prometheus or
+    page); the connections it accepted, for the test to see that a read is under way."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                accepted.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}", accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        for conn in accepted:
+            conn.close()
+        listener.close()
+
+
+HUNG_TARGETS = 10  # a frame's reads then take 2 s (Prometheus) + 10 x 2 s (the pages)
+CTRL_C_S = 10.0  # half that: the watch must not wait the frame out
+
+
+@pytest.mark.integration
+def test_ctrl_c_ends_the_watch_at_once_while_its_reads_hang(
+    live_stack: Settings, sale: ObservedSale, hung_listener: tuple[str, list[socket.socket]]
+) -> None:
+    address, accepted = hung_listener
+    cfg = dataclasses.replace(
+        sale.settings(live_stack),
+        prometheus_url=f"http://{address}",
+        gateway_targets=(address,) * HUNG_TARGETS,
+    )
+    proc = subprocess.Popen(  # noqa: S603 - our own command line
+        [sys.executable, "-m", "flashsale", "watch", "--sale", str(sale.sale_id)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=PROJECT_ROOT,
+        env={**os.environ, **_env(cfg)},
+        start_new_session=True,
+    )
+    try:
+        assert wait_until(lambda: len(accepted) >= 2, 60), "the watch never read its figures"
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGINT)  # mid-frame: one page read hangs, more to come
+        try:
+            code = proc.wait(CTRL_C_S)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"still running {CTRL_C_S:.0f} s after Ctrl-C") from None
+        print(f"\nwatch ended {time.monotonic() - signalled:.2f} s after Ctrl-C")
+        assert code == 0, proc.communicate()[1][-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
