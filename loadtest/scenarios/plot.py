@@ -70,7 +70,10 @@ def plot_history(history_csv: Path, out_png: Path, title: str = "") -> Path:
     for p in PERCENTILES:
         lat.plot(total.seconds, total.percentiles[p], label=f"p{p.rstrip('%')}")
     lat.set_ylabel("latency (ms)")
-    lat.set_yscale("log")
+    # Log-scaled only with a positive sample to scale: a run whose history holds no answer yet
+    # (a short spike on a starved machine) plots on a linear axis instead of failing.
+    if any(v > 0 for p in PERCENTILES for v in total.percentiles[p]):
+        lat.set_yscale("log")
     lat.set_title(title or "latency percentiles (Locust, ~10 s window) and throughput")
     lat.grid(True, which="both", alpha=0.3)
     lat.legend(loc="upper right")
