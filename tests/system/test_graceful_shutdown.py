@@ -30,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from flashsale.stack.processes import process_group, settings_env, wait_until
 from kernel.events import OrderPlaced, decode
 from kernel.settings import Settings
+from rig.pressure import bound_kept
 from tests.support.kafka import admin_client, create_topics, delete_topics
 from tests.support.system import GatewaySpec, System, fresh_buyers
 from tests.support.system_load import Answer, OpenLoad, buy
@@ -118,13 +119,19 @@ class _Balanced(OpenLoad):
         timeout = aiohttp.ClientTimeout(total=1.0)
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            while True:
-                for i, base in enumerate(self._gateways):
-                    passed = await self._check(session, i, base)
-                    if self.up[i] and not passed:
-                        self.down_at[i] = self.now()
-                    self.up[i] = passed
-                await asyncio.sleep(CHECK_S)
+            # A loop per gateway, as haproxy checks each server on its own: one slow check
+            # never delays another's.
+            await asyncio.gather(
+                *(self._check_one_forever(session, i) for i in range(len(self._gateways)))
+            )
+
+    async def _check_one_forever(self, session: aiohttp.ClientSession, i: int) -> None:
+        while True:
+            passed = await self._check(session, i, self._gateways[i])
+            if self.up[i] and not passed:
+                self.down_at[i] = self.now()
+            self.up[i] = passed
+            await asyncio.sleep(CHECK_S)
 
     async def _check(self, session: aiohttp.ClientSession, i: int, base: str) -> bool:
         try:
@@ -196,12 +203,21 @@ def test_a_gateway_sigtermed_under_load_drains_first_and_loses_nothing(
     )
     assert exited, f"the gateway did not stop within {GATEWAY_STOP_S}s of its SIGTERM"
     assert doomed.returncode == 0
+    assert exited_at >= signalled_at + DRAIN_S - CHECK_S  # it stayed for its drain delay
     # Readiness failed first, while it still served: the balancer saw "draining" and took it
-    # out of rotation before the drain delay was over.
+    # out of rotation before the drain delay was over. A timing bound (a check every 0.25 s
+    # must land in the 2 s delay), so a miss on a starved machine is reported; that it failed
+    # readiness first is in its log either way (below).
     draining_at = load.draining_seen.get(1)
-    assert draining_at is not None, "/readyz never answered draining"
-    assert signalled_at <= draining_at <= load.down_at[1] < signalled_at + DRAIN_S
-    assert exited_at >= signalled_at + DRAIN_S - CHECK_S
+    down_at = load.down_at.get(1)
+    bound_kept(
+        draining_at is not None
+        and down_at is not None
+        and signalled_at <= draining_at <= down_at < signalled_at + DRAIN_S,
+        f"/readyz draining at {draining_at}, out of rotation at {down_at}, SIGTERM at"
+        f" {signalled_at:.2f}s, drain delay {DRAIN_S}s",
+        load.pressure(),
+    )
     # Every purchase it was sent is answered (checked below: within its deadline, no 5xx but
     # 503 + Retry-After); the sale went on at the other gateway.
     assert any(a.gateway == 0 and a.status == 202 and a.due_s > exited_at for a in answers)
