@@ -81,6 +81,7 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             Route("/readyz", probes.readyz),
             Route("/metrics", probes.metrics_endpoint),
             Route("/api/flash-sales/orders/{order_id}", orders.get_order),
+            Route("/api/flash-sales/items/{item_id}/order", orders.get_item_order),
             Route("/api/flash-sales/orders/{order_id}/pay", orders.pay_order, methods=["POST"]),
             Route(
                 "/api/flash-sales/orders/{order_id}/cancel", orders.cancel_order, methods=["POST"]

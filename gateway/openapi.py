@@ -169,6 +169,22 @@ OPERATIONS: tuple[Operation, ...] = (
         parameters=_ORDER,
     ),
     Operation(
+        "get",
+        "/api/flash-sales/items/{item_id}/order",
+        "The buyer's order for an item, for a holder who lost the answer naming it (a"
+        " purchase answers 410 to everyone once the item is sold out)",
+        "buyer",
+        (200, bodies.Order),
+        {
+            401: ("UNAUTHORIZED",),
+            404: ("ITEM_NOT_FOUND", "ORDER_NOT_FOUND"),
+            **_LIMITED,
+            **_UNAVAILABLE,
+        },
+        auth="buyer",
+        parameters=_ITEM,
+    ),
+    Operation(
         "post",
         "/api/flash-sales/orders/{order_id}/pay",
         "Pay a pending order (paying twice answers the same)",

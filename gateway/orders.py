@@ -11,7 +11,7 @@ from starlette.responses import Response
 from domain.order_lifecycle import PayResult, cancel, order_status, pay, release_units
 from gateway.errors import Conflict, NotFound, Unavailable
 from gateway.limits import buyer
-from gateway.requests import path_param
+from gateway.requests import database_id, path_param
 from gateway.responses import json_response
 from gateway.services import Services
 from gateway.soldout import announce_restock
@@ -52,6 +52,29 @@ async def get_order(request: Request) -> Response:
         if item_id is not None:
             return json_response({"orderId": str(order_id), "itemId": item_id, "status": "PENDING"})
     raise NotFound("ORDER_NOT_FOUND")
+
+
+async def get_item_order(request: Request) -> Response:
+    """The buyer's order for an item, found by the item: for a holder who lost the answer that
+    named it (a connection dropped after the unit was taken). Once the item is flagged sold out
+    a purchase answers 410 to everyone without reading a token, so the purchase route cannot
+    tell the holder; this route can, at the cost of one Redis read for a signed-in buyer."""
+    s, user_id = buyer(request)
+    item_id = path_param(request, "item_id", database_id, "ITEM_NOT_FOUND")
+    item = await s.catalog.get(item_id)
+    if item is None:
+        raise NotFound("ITEM_NOT_FOUND")
+    try:
+        held = await s.router.buyer_order(item.id, item.shards, user_id)
+    except ShardUnavailable:
+        raise Unavailable() from None
+    order_id = parse_order_id(held) if held is not None else None
+    if order_id is None:
+        raise NotFound("ORDER_NOT_FOUND")
+    row = await order_status(s.pool, order_id)
+    stored = row is not None and row["user_id"] == user_id
+    status = row["status"] if row is not None and stored else "PENDING"
+    return json_response({"orderId": str(order_id), "itemId": item.id, "status": status})
 
 
 async def _not_stored(s: Services, order_id: uuid.UUID, user_id: int) -> Conflict | NotFound:

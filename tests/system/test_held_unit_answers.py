@@ -83,3 +83,19 @@ def test_a_503_after_an_unconfirmed_reservation_names_the_order_and_it_can_be_fo
     )
     assert order.status_code == 200, order.text
     assert order.json()["orderId"] == order_id and order.json()["itemId"] == item_id
+    # And a holder who never saw any answer (its connection dropped after the unit was taken)
+    # finds it by the item: only its own, nobody else's.
+    by_item = _item_order(gateway, live_stack, item_id, holder)
+    assert by_item.status_code == 200, by_item.text
+    assert by_item.json()["orderId"] == order_id and by_item.json()["itemId"] == item_id
+    assert _item_order(gateway, live_stack, item_id, second).json()["orderId"] != order_id
+    nothing = _item_order(gateway, live_stack, item_id, loser)
+    assert (nothing.status_code, nothing.json()) == (404, {"error": "ORDER_NOT_FOUND"})
+
+
+def _item_order(base: str, cfg: Settings, item_id: int, buyer: int) -> httpx.Response:
+    return httpx.get(
+        f"{base}/api/flash-sales/items/{item_id}/order",
+        headers={"Authorization": f"Bearer {sign_token(cfg, buyer)}"},
+        timeout=10,
+    )
