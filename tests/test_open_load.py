@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -97,11 +96,9 @@ def test_settle_gives_up_at_its_limit_and_the_load_runs_on(
     endpoint: _Endpoint,
 ) -> None:
     load = _load(endpoint.base, duration_s=3)
-    started = time.monotonic()
     try:
         assert load.settle(0, window_s=0.5, limit_s=1) is None
     finally:
         answers = load.result()
-    assert time.monotonic() - started >= 3  # ran to its duration
     assert {a.status for a in answers} == {503}
-    assert max(a.due_s for a in answers) >= 3 - 2 / RATE
+    assert len(answers) == 3 * RATE  # ran to its duration: every buyer due was sent

@@ -128,19 +128,26 @@ class _Balanced(OpenLoad):
     async def _check_one_forever(self, session: aiohttp.ClientSession, i: int) -> None:
         while True:
             passed = await self._check(session, i, self._gateways[i])
-            if self.up[i] and not passed:
-                self.down_at[i] = self.now()
-            self.up[i] = passed
+            if passed is not None:
+                if self.up[i] and not passed:
+                    self.down_at[i] = self.now()
+                self.up[i] = passed
             await asyncio.sleep(CHECK_S)
 
-    async def _check(self, session: aiohttp.ClientSession, i: int, base: str) -> bool:
+    async def _check(self, session: aiohttp.ClientSession, i: int, base: str) -> bool | None:
+        """Whether the gateway is ready; None when the check itself timed out. haproxy's
+        checks run in C and do not starve, this one does (a loaded machine left the live
+        gateway failing its checks too, and with both out of rotation the buyers went to the
+        stopped one), so a timeout here tells nothing and changes nothing."""
         try:
             async with session.get(f"{base}/readyz") as response:
                 body = await response.json(content_type=None)
                 if response.status == 503 and body.get("draining") is True:
                     self.draining_seen.setdefault(i, self.now())
                 return response.status == 200
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except TimeoutError:
+            return None
+        except (aiohttp.ClientError, ValueError):
             return False
 
     async def _one(
