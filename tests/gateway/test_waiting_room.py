@@ -141,6 +141,8 @@ async def test_5000_early_joiners_for_500_units(
     early = [next(_users) for _ in range(5000)]
     async with client_session(gateway, limit=300) as session:
         c = Client(session, live_stack, sale, item)
+        for b in early:  # every token signed before the joins: none on the starved loop
+            c.auth(b)
         # In waves: 5,000 tasks ready at once keep a starved client from writing a request on
         # a connection it opened within the gateway's 2 s header timeout, which closes it.
         joins = []
