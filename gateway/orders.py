@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from domain.order_lifecycle import PayResult, cancel, order_status, pay, release_units
 from gateway.errors import Conflict, NotFound, Unavailable
+from gateway.items import Item
 from gateway.limits import buyer
 from gateway.requests import database_id, path_param
 from gateway.responses import json_response
@@ -26,17 +27,21 @@ def _order_id(request: Request) -> uuid.UUID:
     return path_param(request, "order_id", parse_order_id, "ORDER_NOT_FOUND")
 
 
+async def _held_order(s: Services, item: Item, user_id: int) -> str | None:
+    """The orderId the buyer's home shard of ``item`` holds for them, if any."""
+    try:
+        return await s.router.buyer_order(item.id, item.shards, user_id)
+    except ShardUnavailable:
+        raise Unavailable() from None
+
+
 async def _still_in_flight(s: Services, order_id: uuid.UUID, user_id: int) -> int | None:
     """The item of an order Redis holds for this buyer but the writer has not stored yet."""
     item_id = item_of(str(order_id))
     item = await s.catalog.get(item_id) if item_id is not None else None
     if item is None:
         return None
-    try:
-        held = await s.router.buyer_order(item.id, item.shards, user_id)
-    except ShardUnavailable:
-        raise Unavailable() from None
-    return item.id if held == str(order_id) else None
+    return item.id if await _held_order(s, item, user_id) == str(order_id) else None
 
 
 async def get_order(request: Request) -> Response:
@@ -64,16 +69,14 @@ async def get_item_order(request: Request) -> Response:
     item = await s.catalog.get(item_id)
     if item is None:
         raise NotFound("ITEM_NOT_FOUND")
-    try:
-        held = await s.router.buyer_order(item.id, item.shards, user_id)
-    except ShardUnavailable:
-        raise Unavailable() from None
+    held = await _held_order(s, item, user_id)
     order_id = parse_order_id(held) if held is not None else None
     if order_id is None:
         raise NotFound("ORDER_NOT_FOUND")
     row = await order_status(s.pool, order_id)
-    stored = row is not None and row["user_id"] == user_id
-    status = row["status"] if row is not None and stored else "PENDING"
+    if row is not None and row["user_id"] != user_id:
+        raise NotFound("ORDER_NOT_FOUND")  # never another buyer's order, whatever Redis says
+    status = row["status"] if row is not None else "PENDING"  # PENDING: not stored yet
     return json_response({"orderId": str(order_id), "itemId": item.id, "status": status})
 
 

@@ -20,33 +20,33 @@ from kernel.settings import Settings
 R = TypeVar("R")
 
 
-async def _on_daemon_thread(fn: Callable[..., R], *args: Any) -> R:
-    """``fn(*args)`` on a thread of its own that the process does not wait for: a Ctrl-C
+async def _on_daemon_thread(fn: Callable[[], R]) -> R:
+    """``fn()`` on a thread of its own that the process does not wait for: a Ctrl-C
     mid-frame ends the watch at once. asyncio.to_thread's executor is joined at exit, so a
     frame's ten Prometheus queries against a starved Prometheus (2 s each) held a Ctrl-C for
     20 s and more."""
     import asyncio
     import contextlib
+    import functools
     import threading
 
     loop = asyncio.get_running_loop()
     done: asyncio.Future[R] = loop.create_future()
 
-    def settle(result: R | None, error: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
+    def settle(outcome: Callable[[], None]) -> None:
+        if not done.cancelled():
+            outcome()
 
     def run() -> None:
         try:
-            result, error = fn(*args), None
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-            result, error = None, exc
+            result = fn()
+        except BaseException as exc:  # handed to the awaiting task
+            error = exc
+            outcome = functools.partial(done.set_exception, error)
+        else:
+            outcome = functools.partial(done.set_result, result)
         with contextlib.suppress(RuntimeError):  # the loop already closed: nobody waits
-            loop.call_soon_threadsafe(settle, result, error)
+            loop.call_soon_threadsafe(settle, outcome)
 
     threading.Thread(target=run, name="watch-figures", daemon=True).start()
     return await done
@@ -55,6 +55,7 @@ async def _on_daemon_thread(fn: Callable[..., R], *args: Any) -> R:
 async def _figures(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper: Any) -> Any:
     """The sale's state and the figures now: what a frame and a JSON line both show."""
     import datetime as dt
+    import functools
 
     from flashsale.cli.views import WatchFrame
     from flashsale.observe.figures import figures_now
@@ -63,7 +64,7 @@ async def _figures(cfg: Settings, pool: Any, router: Any, sale_id: int, scraper:
     sale = await sale_view(pool, router, sale_id)
     items = [item.item_id for item in sale.items]
     # HTTP to Prometheus or the pages is blocking: off the loop, beside the Redis calls.
-    figures = await _on_daemon_thread(figures_now, cfg, scraper, items)
+    figures = await _on_daemon_thread(functools.partial(figures_now, cfg, scraper, items))
     return WatchFrame.of(sale, figures, dt.datetime.now(dt.UTC)), sale, figures
 
 
