@@ -128,7 +128,8 @@ class OpenLoad:
         """Block until every buyer due in some ``window_s`` after ``after_s`` got an ``ok``
         answer, then end the load there: a row that waits for recovery runs as long as recovery
         takes, not as long as its bound. The load's clock at the window's end, or None if no
-        such window came by ``after_s + limit_s`` (the load then runs on to its duration)."""
+        such window was complete, answers included, by ``after_s + limit_s + window_s`` (the
+        load then runs on to its duration)."""
         run = max(1, round(window_s * self._rate))
         first = math.ceil(after_s * self._rate)
         while self.now() < after_s + limit_s + window_s:
@@ -191,11 +192,11 @@ class OpenLoad:
         cut_s = due + self._timeout.total if self._timeout.total else due
         while error in RESENDABLE and self.now() < cut_s:
             # A keep-alive race: the connection closed (idle past the gateway's 2 s while this
-            # starved client lagged its own 1 s drop) as the request went out. A client sends a
-            # purchase again, as a balancer's retry-on would: it is idempotent per buyer, so the
-            # checker still sees any second unit. Again until its cut: the pool may hand out
-            # another connection the gateway closed meanwhile. Counted in the row's line;
-            # latency from due.
+            # starved client lagged its own drop, rig.http.keepalive_s) as the request went out.
+            # A client sends a purchase again, as a balancer's retry-on would: it is idempotent
+            # per buyer, so the checker still sees any second unit. Again until its cut: the
+            # pool may hand out another connection the gateway closed meanwhile. Counted in the
+            # row's line; latency from due.
             resent = True
             status, retry_after, order_id, error = await buy(session, base, self._item_id, token)
         answer = Answer(

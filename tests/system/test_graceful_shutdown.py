@@ -158,7 +158,9 @@ class _Balanced(OpenLoad):
         status, retry_after, order_id, error = await buy(
             session, self._gateways[gateway], self._item_id, token
         )
-        return Answer(buyer, gateway, due, self.now(), status, retry_after, order_id, error)
+        answer = Answer(buyer, gateway, due, self.now(), status, retry_after, order_id, error)
+        self._answered[i] = answer  # as OpenLoad._one does: settle() reads it
+        return answer
 
 
 def _balanced_load(system: System, item_id: int) -> _Balanced:
