@@ -251,10 +251,19 @@ async def test_kafka_paused_answers_503_and_the_counts_add_up_after(
         )
     assert {status for _, status, _ in answers} == {503}
     assert all(body["error"] == "UNAVAILABLE" for _, _, body in answers)
-    # The holds stayed (outcome unknown): the relay delivers them once Kafka is back.
-    assert await _stored(db, item_id, 10) == 10
+    # A purchase that reached Redis before the producer's probe saw the hung brokers (~0.5 s)
+    # took its unit and names it (outcome unknown: the hold stays, the relay delivers it once
+    # Kafka is back); one that came later was refused before taking anything. Which is which
+    # depends on when the buyers got there (on a loaded machine, all of them late).
+    held = {body["orderId"] for _, _, body in answers if body.get("orderId")}
+    assert await _stored(db, item_id, len(held)) == len(held)
+    stored = await db.fetch(
+        "select id::text as id from flash_sale_order where item_id = $1", item_id
+    )
+    assert {r["id"] for r in stored} == held
     report = await _settled_reconcile(live_stack, db, router, item_id)
-    assert report.drift == 0 and report.holds == 10
+    assert report.drift == 0 and report.holds == len(held)
+    print(f"\n{len(held)} of 10 purchases held a unit before the gate closed")
 
 
 @pytest.mark.faults
