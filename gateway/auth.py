@@ -177,8 +177,16 @@ def weak_secrets(cfg: Settings) -> list[str]:
                 f"{PREFIX}{name.upper()} is {len(value.encode())} bytes, at least "
                 f"{MIN_TOKEN_BYTES} needed"
             )
-    if cfg.admin_token == cfg.service_token:  # a voucher caller could then run the sales
-        found.append(f"{PREFIX}ADMIN_TOKEN and {PREFIX}SERVICE_TOKEN are the same")
+    # Each secret grants one thing: two alike would let a voucher caller run the sales, or a
+    # holder of a bearer token mint buyers' JWTs (and room tickets) with it.
+    secrets = dict(tokens)
+    if not cfg.jwt_public_key:
+        secrets["jwt_secret"] = cfg.jwt_secret
+    names = list(secrets)
+    for i, first in enumerate(names):
+        for second in names[i + 1 :]:
+            if secrets[first] == secrets[second]:
+                found.append(f"{PREFIX}{first.upper()} and {PREFIX}{second.upper()} are the same")
     return found
 
 

@@ -135,6 +135,28 @@ def test_the_admin_token_may_not_be_the_service_token() -> None:
     assert "FLASHSALE_ADMIN_TOKEN and FLASHSALE_SERVICE_TOKEN are the same" in message
 
 
+@pytest.mark.parametrize(
+    ("setting", "copied_from", "says"),
+    [
+        ("FLASHSALE_ADMIN_TOKEN", "FLASHSALE_JWT_SECRET", "ADMIN_TOKEN and FLASHSALE_JWT_SECRET"),
+        ("FLASHSALE_SERVICE_TOKEN", "FLASHSALE_JWT_SECRET", "SERVICE_TOKEN and FLASHSALE_JWT"),
+        ("FLASHSALE_WAITING_ROOM_SECRET", "FLASHSALE_JWT_SECRET", "ROOM_SECRET and FLASHSALE_JWT"),
+        ("FLASHSALE_WAITING_ROOM_SECRET", "FLASHSALE_ADMIN_TOKEN", "TOKEN and FLASHSALE_WAITING"),
+    ],
+)
+def test_no_secret_may_be_another(setting: str, copied_from: str, says: str) -> None:
+    """A bearer token's holder must not be able to mint buyers' JWTs or room tickets with it."""
+    assert says in _refused(**{setting: OWN[copied_from]})
+
+
+def test_an_hmac_secret_left_unused_by_a_public_key_is_not_compared() -> None:
+    with_key = {
+        "FLASHSALE_JWT_PUBLIC_KEY": "-----BEGIN PUBLIC KEY-----",
+        "FLASHSALE_ADMIN_TOKEN": "j" * 32,
+    }
+    refuse_dev_secrets(load_settings({**OWN, **with_key}))
+
+
 def test_the_local_stack_keeps_its_short_public_secrets() -> None:
     refuse_dev_secrets(load_settings({"FLASHSALE_ENV": "local"}))
     local_same = {"FLASHSALE_ENV": "local", "FLASHSALE_SERVICE_TOKEN": "dev-admin-token"}
