@@ -13,7 +13,8 @@ from domain.sales import decode_room_controls
 from gateway.errors import Conflict, NotFound, Unavailable
 from gateway.requests import admin, database_id, decode_body, path_param
 from gateway.responses import json_response
-from gateway.waiting_room import controls, queue
+from gateway.waiting_room import controls
+from kernel.errors import ShardUnavailable
 
 MAX_BODY = 1024
 
@@ -26,7 +27,7 @@ def _refusals() -> Iterator[None]:
         raise NotFound("SALE_NOT_FOUND") from None
     except controls.NoRoom:
         raise Conflict("NO_WAITING_ROOM") from None
-    except queue.FAILURES:
+    except ShardUnavailable:
         raise Unavailable() from None  # a change is recorded by then: the ticks apply it
 
 

@@ -87,7 +87,7 @@ async def _row(pool: Any, sale: int) -> Any:
 
 
 async def read(pool: Any, client: RedisCluster, sale: int, default_rate: int) -> RoomState:
-    """The room's state; changes nothing. Raises NoSuchSale, NoRoom, queue.FAILURES."""
+    """The room's state; changes nothing. Raises NoSuchSale, NoRoom, ShardUnavailable."""
     record, ends_at = _record(await _row(pool, sale), default_rate)
     return _state(sale, record, await queue.apply_controls(client, sale, _READ_ONLY, ends_at))
 
@@ -96,7 +96,7 @@ async def change(
     pool: Any, client: RedisCluster, sale: int, wanted: RoomControls, default_rate: int
 ) -> RoomState:
     """Record the change, then apply it to Redis (see the module's docstring for why in this
-    order). Raises NoSuchSale, NoRoom; queue.FAILURES once recorded (the ticks apply it)."""
+    order). Raises NoSuchSale, NoRoom; ShardUnavailable once recorded (the ticks apply it)."""
     paused = None if wanted.paused is UNSET else wanted.paused
     rate = None if wanted.rate_per_second is UNSET else wanted.rate_per_second
     row = await pool.fetchrow(_CHANGE, sale, paused, rate)

@@ -18,6 +18,7 @@ from gateway.waiting_room import proof, queue
 from gateway.waiting_room.frontier import WaitingRooms
 from gateway.waiting_room.lookup import moment, open_room
 from gateway.waiting_room.tickets import Signer, Ticket
+from kernel.errors import ShardUnavailable
 
 
 async def join(request: Request) -> Response:
@@ -44,7 +45,7 @@ async def join(request: Request) -> Response:
         joined = await queue.join(
             s.router.client, room.sale, buyer, int(now * 1000), address, room.ends_at
         )
-    except queue.FAILURES:
+    except ShardUnavailable:
         raise Unavailable() from None
     rooms.joined(room.sale)
     signer: Signer = state.signer

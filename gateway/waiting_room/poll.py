@@ -29,6 +29,7 @@ from gateway.waiting_room import queue
 from gateway.waiting_room.frontier import WaitingRooms
 from gateway.waiting_room.lookup import moment, open_room
 from gateway.waiting_room.tickets import Ticket
+from kernel.errors import ShardUnavailable
 
 TICKET_HEADER = b"x-queue-ticket"
 
@@ -78,7 +79,7 @@ class PollHandler:
         if ticket.place == 0:
             try:
                 found = await queue.place_of(self.s.router.client, room.sale, ticket.buyer)
-            except queue.FAILURES:
+            except ShardUnavailable:
                 raise Unavailable() from None
             if found is None:
                 raise Unauthorized("INVALID_TICKET")  # signed, but its queue is gone

@@ -15,18 +15,11 @@ import random
 from typing import Any, NamedTuple
 
 from redis.asyncio.cluster import RedisCluster
-from redis.exceptions import RedisError
 
-from kernel.errors import ShardUnavailable
 from shard_router.deadline import with_deadline
 
 _SHUFFLE = random.SystemRandom()
 KEPT_AFTER_END_S = 7 * 86400  # a room's keys outlive its sale this long: its fairness report
-# What a call through the cluster client can raise when a connection breaks under load: besides
-# its own errors, redis-py lets a reconnect racing a disconnect out as uvloop's RuntimeError
-# ("the handler is closed") or an AttributeError (its writer already None). Each is a 503.
-# A call past its deadline (shard_router.deadline: redis-py may never return) is one too.
-FAILURES = (RedisError, OSError, RuntimeError, AttributeError, ShardUnavailable)
 # A burst of joins shares the router's cluster client, whose pools are bounded: past them a
 # call fails at once (MaxConnectionsError), so joins wait their turn here instead.
 _CALLS = asyncio.Semaphore(64)
@@ -179,16 +172,13 @@ async def join(
     """(place, issued_ms) of the buyer's one ticket: joining again returns the same."""
     expire_at = int(ends_at_s) + KEPT_AFTER_END_S
     async with _CALLS:
-        return _place(
-            await with_deadline(
-                client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address, expire_at)
-            )
-        )
+        call = client.eval(_JOIN, 4, *_keys(sale), buyer, now_ms, address, expire_at)
+        return _place(await with_deadline(call, client=client))
 
 
 async def place_of(client: RedisCluster, sale: int, buyer: int) -> tuple[int, int] | None:
     async with _CALLS:
-        value = await with_deadline(client.hget(_keys(sale)[0], str(buyer)))
+        value = await with_deadline(client.hget(_keys(sale)[0], str(buyer)), client=client)
     return None if value is None else _place(value)
 
 
@@ -196,14 +186,14 @@ async def fix_places(client: RedisCluster, sale: int, starts_at_ms: int) -> bool
     """Once Redis's clock reaches the start: seal the early arrivals and give them a uniformly
     random order (a no-op once placed). → whether the places are fixed."""
     joined, meta, early, _ = _keys(sale)
-    buyers = await with_deadline(client.eval(_SEAL, 2, meta, early, starts_at_ms))
+    buyers = await with_deadline(client.eval(_SEAL, 2, meta, early, starts_at_ms), client=client)
     if buyers is None:
         return True
     if buyers == -1:
         return False
     order = list(buyers)
     _SHUFFLE.shuffle(order)
-    await with_deadline(client.eval(_PLACE, 2, joined, meta, *order))
+    await with_deadline(client.eval(_PLACE, 2, joined, meta, *order), client=client)
     return True
 
 
@@ -241,7 +231,7 @@ async def apply_controls(
     Redis holds now. ``Controls(-1, …)`` only reads."""
     args = _controls_args(controls, ends_at_s)
     version, paused, rate, frontier, joined, spent = await with_deadline(
-        client.eval(_CONTROL, 1, _keys(sale)[1], *args)
+        client.eval(_CONTROL, 1, _keys(sale)[1], *args), client=client
     )
     return Applied(_controls(version, paused, rate), int(frontier), int(joined), int(spent))
 
@@ -263,7 +253,7 @@ async def advance(
     left = -1 if units_left is None else units_left
     args = (*_controls_args(controls, ends_at_s), left, admission_s * 1000)
     frontier, spent, joined, *held = await with_deadline(
-        client.eval(_ADVANCE, 1, _keys(sale)[1], *args)
+        client.eval(_ADVANCE, 1, _keys(sale)[1], *args), client=client
     )
     return Advanced(int(frontier), int(spent), int(joined), _controls(*held))
 
@@ -279,11 +269,15 @@ class Snapshot(NamedTuple):
 async def snapshot(client: RedisCluster, sale: int) -> Snapshot:
     """The whole queue of a sale, for the fairness report (flashsale/observe/fairness.py)."""
     joined, meta, early, addresses = _keys(sale)
-    fields = await client.hgetall(meta)
+
+    async def read(call: Any) -> Any:
+        return await with_deadline(call, client=client)
+
+    fields = await read(client.hgetall(meta))
     return Snapshot(
-        [int(b) for b in await client.lrange(early, 0, -1)],
-        {int(b): _place(v) for b, v in (await client.hgetall(joined)).items()},
-        {_text(a): int(n) for a, n in (await client.hgetall(addresses)).items()},
+        [int(b) for b in await read(client.lrange(early, 0, -1))],
+        {int(b): _place(v) for b, v in (await read(client.hgetall(joined))).items()},
+        {_text(a): int(n) for a, n in (await read(client.hgetall(addresses))).items()},
         int(fields.get(b"frontier", 0)),
         int(fields.get(b"spent", 0)),
     )
