@@ -57,7 +57,7 @@ def build_app(cfg: Settings | None = None) -> FlashSaleApp:
             asyncio.create_task(rooms.run(services.stop)),
             asyncio.create_task(frontier.listen(rooms, cfg.redis_nodes, services.stop)),
         ]  # stopped and awaited with the others' by services.close()
-        front.purchase = PurchaseHandler(services, address, rooms.spent, rooms.signer)
+        front.purchase = PurchaseHandler(services, address, rooms.spent, rooms.signer, rooms.clock)
         front.room_poll = PollHandler(services, address, app.state.limits, rooms)
         front.admission.start()
         # A reservation allocates a few dozen tracked objects that die young: at CPython's

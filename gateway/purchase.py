@@ -38,6 +38,7 @@ from kernel.failpoints import failpoint
 from kernel.ids import new_order_id
 from kernel.request_context import Headers, kafka_headers, traceparent, valid_request_id
 from shard_router import Outcome, ShardUnavailable, home_shard
+from shard_router.redis_clock import RedisClock
 from shard_router.reserving import UnitMayBeHeld
 from shard_router.stock_events import publish
 
@@ -61,13 +62,19 @@ _OUTCOME_BY_ERROR = {
 
 class PurchaseHandler:
     def __init__(
-        self, services: Services, address: ClientAddress, spent: dict[int, int], signer: Signer
+        self,
+        services: Services,
+        address: ClientAddress,
+        spent: dict[int, int],
+        signer: Signer,
+        room_clock: RedisClock,
     ) -> None:
         self.s = services
         # A sale's waiting room (gateway/waiting_room/): places up to spent[sale] can no
         # longer buy. Mutated in place, never replaced.
         self._spent = spent
         self._signer = signer
+        self._room_clock = room_clock  # the clock the admission's expiry was written by
         self._address = address
         self._ip_buckets = services.ip_buckets
         self._flag_paths = services.flags.by_path  # mutated in place, never replaced
@@ -116,7 +123,7 @@ class PurchaseHandler:
             header(scope, b"x-admission"),
             user_id,
             item.sale_id,
-            now,
+            self._room_clock.now(),
             self._spent.get(item.sale_id, 0),
         ):
             raise NotAdmitted()  # the room is on: only admitted buyers reach the stock

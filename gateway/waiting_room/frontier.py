@@ -28,11 +28,13 @@ from gateway.soldout import follow
 from gateway.waiting_room import queue
 from gateway.waiting_room.tickets import Signer
 from shard_router import ShardUnavailable
+from shard_router.redis_clock import RedisClock
 from shard_router.stock_events import publish, publish_message
 
 log = logging.getLogger(__name__)
 CHANNEL = "flashsale:waiting-room"
 _QUIET_CHECK_S = 1.0  # a sold-out or idle room asks Redis this often
+_CLOCK_READ_S = 5.0  # Redis's clock is read this often (every tick until a read is good)
 _ROOMS = """
 select s.id, extract(epoch from s.starts_at)::float8 as starts_at,
        extract(epoch from s.ends_at)::float8 as ends_at, s.admission_rate_per_second as rate,
@@ -61,6 +63,9 @@ class WaitingRooms:
         self.tick_s = cfg.waiting_room_tick_ms / 1000
         self._default_rate = cfg.waiting_room_rate_per_s
         self.rooms: dict[int, Room] = {}  # mutated in place, never replaced (purchase.py)
+        # An admission's expiry is written by the gateway that answered the poll and judged by
+        # the one the purchase reaches: both by Redis's clock, whatever their own clocks say.
+        self.clock = RedisClock()
         self.frontier: dict[int, int] = {}  # sale → places 1..n admitted
         self.spent: dict[int, int] = {}  # sale → places 1..n can no longer buy (purchase.py)
         self.live: dict[int, queue.Controls] = {}  # sale → as Redis applied them, last tick
@@ -113,9 +118,12 @@ class WaitingRooms:
         await self.refresh()
 
     async def run(self, stop: asyncio.Event) -> None:
-        refreshed = 0.0
+        refreshed = clock_read = 0.0
         while not stop.is_set():
             try:
+                if not self.clock.known or time.monotonic() - clock_read >= _CLOCK_READ_S:
+                    clock_read = time.monotonic()
+                    await self.clock.read(self.s.router.client)
                 if time.monotonic() - refreshed >= self.s.cfg.item_cache_seconds:
                     await self.refresh()
                     refreshed = time.monotonic()
@@ -129,7 +137,7 @@ class WaitingRooms:
                 await asyncio.wait_for(stop.wait(), self.tick_s)
 
     async def _tick(self, room: Room) -> None:
-        now = time.time()
+        now = self.clock.now()
         if not room.starts_at <= now < room.ends_at:
             return
         sale = room.sale

@@ -12,7 +12,6 @@ after the start reads the place it was given (one HGET) and hands back a ticket 
 from __future__ import annotations
 
 import math
-import time
 from typing import Any
 
 from msgspec import UNSET
@@ -73,7 +72,7 @@ class PollHandler:
         room = await open_room(self._rooms, database_id(sale_text))
         if ticket.sale != room.sale:
             raise Unauthorized("INVALID_TICKET")
-        now = time.time()
+        now = self._rooms.clock.now()
         if now < room.starts_at:
             return self._waiting(ticket, text, None, math.ceil(room.starts_at - now))
         if ticket.place == 0:

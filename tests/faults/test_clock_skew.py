@@ -14,15 +14,18 @@ room is sealed, shuffled and admitted from when Redis's clock reaches ``startsAt
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import shutil
 import time
 from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 import httpx
 import jwt
 import pytest
 
+from flashsale.stack.processes import settings_env
 from gateway.auth import sign_token
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
@@ -259,3 +262,59 @@ def test_a_gateway_with_a_clock_ahead_neither_seals_nor_admits_a_room_early(
     print(f"\n  before the start: {early_states}; admitted after it: {len(admitted)}")
     assert "ADMITTED" not in early_states, early_states  # before: admitted 15 s early
     assert admitted == set(tickets), admitted
+
+
+ADMISSION_S = 20  # shorter than the skew: by the skewed gateway's own clock, an admission the
+# true one writes would have run out 10 s before it was written
+ADMISSION_OPENS_IN_S = 2
+ADMISSION_SLACK_S = 3.0  # whole seconds in the token, and an answer's time on a busy machine
+
+
+def _admitted(queue: str, auth: dict[str, str], ticket: str, until: float) -> dict[str, Any]:
+    """Poll the ticket (through 503s and 429s, as a client would) until it is admitted."""
+    while time.time() < until:
+        polled = httpx.get(queue, headers={**auth, "X-Queue-Ticket": ticket}, timeout=10)
+        if polled.status_code == 200:
+            body: dict[str, Any] = polled.json()
+            if body["state"] == "ADMITTED":
+                return body
+            ticket = body["ticket"]
+        time.sleep(ROOM_MARGIN_S / 2)
+    raise AssertionError(f"not admitted by {until - time.time():.0f} s from now")
+
+
+def test_an_admission_is_written_and_judged_by_redis_clock_on_every_gateway(
+    whole: Settings,
+) -> None:
+    """One buyer is admitted through each gateway and buys through the other: the admission's
+    expiry is written and judged by Redis's clock, so the gateway 30 s ahead neither refuses
+    an admission the true one just wrote nor writes one that outlives the window by 30 s."""
+    env = settings_env(waiting_room_admission_s=ADMISSION_S)
+    gateways = [GatewaySpec(), _skewed()]
+    with System(
+        whole, "clock-skew-admission", port=FAULTS_PORT, gateways=gateways, env=env
+    ) as system:
+        bases = system.bases
+        sale, item, starts_at = _room_sale(bases[0], 100, ADMISSION_OPENS_IN_S, rate=100)
+        seen: dict[int, tuple[float, int]] = {}  # admitted through → (expiry's error, bought)
+        for admitted_by, buyer in enumerate(fresh_buyers(len(bases))):
+            auth = {"Authorization": f"Bearer {sign_token(system.cfg, buyer)}"}
+            queue = f"{bases[admitted_by]}/api/flash-sales/sales/{sale}/queue"
+            joined = httpx.post(queue, headers=auth, timeout=10)
+            assert joined.status_code == 200, joined.text
+            body = _admitted(queue, auth, joined.json()["ticket"], starts_at + 30)
+            expires_at = dt.datetime.fromisoformat(body["admissionExpiresAt"]).timestamp()
+            error_s = expires_at - (time.time() + ADMISSION_S)
+            other = bases[1 - admitted_by]
+            bought = httpx.post(
+                f"{other}{purchase_path(item)}",
+                headers={**auth, "X-Admission": body["admission"]},
+                timeout=10,
+            )
+            seen[admitted_by] = (error_s, bought.status_code)
+    print(f"\n  admitted through gateway → (expiry minus true now + window, purchase): {seen}")
+    for admitted_by, (error_s, status) in seen.items():
+        # Before: the skewed gateway's expiry ran 30 s late, and its purchase refused the true
+        # gateway's admission (403 NOT_ADMITTED).
+        assert abs(error_s) <= ADMISSION_SLACK_S, (admitted_by, error_s)
+        assert status == 202, (admitted_by, status)

@@ -22,6 +22,7 @@ from kernel.otel import Tracer
 from kernel.request_context import Headers
 from kernel.settings import Settings
 from shard_router import Outcome
+from shard_router.redis_clock import RedisClock
 from shard_router.reserving import Reservation
 
 INCOMING = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -85,7 +86,7 @@ def _handler(cfg: Settings, tracer: Tracer | None) -> tuple[PurchaseHandler, _Ha
         tracer=tracer,
     )
     signer = cast(Signer, None)  # the item has no waiting room
-    return PurchaseHandler(services, ClientAddress(()), {}, signer), hand_off
+    return PurchaseHandler(services, ClientAddress(()), {}, signer, RedisClock()), hand_off
 
 
 def _buy(handler: PurchaseHandler, *headers: tuple[bytes, bytes]) -> int:
