@@ -1,7 +1,9 @@
 """The balancer's per-client buckets (deploy/haproxy/client_bucket.lua): the lines of its
-frontend that keep, once for the fleet, the two buckets every gateway keeps for itself (per
-client address, per buyer on the purchase route; gateway/ratelimit.py, gateway/purchase.py),
-and answer a refusal with the gateway's 429.
+frontend that keep, once for the fleet, the buckets every gateway keeps for itself (per client
+address; per buyer on the purchase route; per client address on a waiting room's join, taken
+only with a token that verifies, as a gateway takes it only after the token check;
+gateway/ratelimit.py, gateway/purchase.py, gateway/waiting_room/join.py), and answer a refusal
+with the gateway's 429.
 
 A buyer is named by the ``sub`` of a bearer token only when the token's signature verifies at
 the balancer, with the gateways' key and one of their algorithms (haproxy's ``jwt_verify``).
@@ -16,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX
+from gateway.paths import PURCHASE_PREFIX, PURCHASE_SUFFIX, QUEUE_PREFIX, QUEUE_SUFFIX
 from kernel.settings import PREFIX, Settings
 
 Bucket = tuple[float, float]  # tokens a second, burst
@@ -33,6 +35,11 @@ VERIFIABLE = frozenset(
 # gives the token it took back. Its 410 after a reservation attempt is given back too (the
 # item is gone: nothing more to limit).
 REFUNDED = (401, 403, 404, 410)
+# A join's: only 401 comes before a gateway's join bucket (the per-address one refuses first
+# here too, and then no join token is taken).
+JOIN_REFUNDED = (401,)
+PURCHASE = f"METH_POST {{ path_beg {PURCHASE_PREFIX} }} {{ path_end {PURCHASE_SUFFIX} }}"
+JOIN = f"METH_POST {{ path_beg {QUEUE_PREFIX} }} {{ path_end {QUEUE_SUFFIX} }}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,36 +89,61 @@ def _address(bucket: Bucket) -> list[str]:
     ]
 
 
-def _buyer(bucket: Bucket, tokens: BuyerTokens, key_file: Path | None) -> list[str]:
-    if not tokens.algorithms:
-        return []
+def _verified(tokens: BuyerTokens, key_file: Path | None) -> str:
+    """The condition that the request's bearer token (txn.bearer) verifies here."""
     if tokens.public_key:
         if key_file is None:
             raise ValueError("a public key to verify buyer tokens with needs a key file")
         key = f'"{key_file}"'
     else:
         key = f"\"'${{{SECRET_VARIABLE}}}'\""  # expanded from the environment when loaded
-    rate, burst = bucket
-    taken = "{ var(txn.buyer) -m found } !{ var(txn.retry_after) -m found }"
-    purchase = f"METH_POST {{ path_beg {PURCHASE_PREFIX} }} {{ path_end {PURCHASE_SUFFIX} }}"
-    verified = (
+    return (
         f"{{ var(txn.bearer_alg) -m str {' '.join(tokens.algorithms)} }}"
         f" {{ var(txn.bearer),jwt_verify(txn.bearer_alg,{key}) -m int 1 }}"
     )
+
+
+def _bearer(routes: list[str]) -> list[str]:
+    """Read the bearer token (and its algorithm) on ``routes`` (conditions, any of them)."""
+    on = " || ".join(routes)
+    return [
+        f"    http-request set-var(txn.bearer) http_auth_bearer if {on}",
+        "    http-request set-var(txn.bearer_alg) var(txn.bearer),jwt_header_query('$.alg')"
+        " if { var(txn.bearer) -m found }",
+    ]
+
+
+def _taken(var: str, bucket: Bucket, refunded: tuple[int, ...]) -> list[str]:
+    """Take a token from ``var``'s bucket (unless an earlier bucket refused), and give it back
+    for a ``refunded`` answer."""
+    rate, burst = bucket
+    taken = f"{{ var({var}) -m found }} !{{ var(txn.retry_after) -m found }}"
+    return [
+        f"    http-request lua.client_bucket {var} {rate!r} {burst!r} if {taken}",
+        f"    http-response lua.client_bucket_refund {var} {rate!r} {burst!r}"
+        f" if {taken} {{ status {' '.join(map(str, refunded))} }}",
+    ]
+
+
+def _buyer(bucket: Bucket, verified: str) -> list[str]:
     return [
         "    # One bucket per buyer for the whole fleet, the one a gateway keeps on the purchase",
         "    # route: the buyer is the sub of a bearer token whose signature verifies here",
-        "    # (flashsale/fleet/client_buckets.py); any other token names no bucket.",
-        f"    http-request set-var(txn.bearer) http_auth_bearer if {purchase}",
-        "    http-request set-var(txn.bearer_alg) var(txn.bearer),jwt_header_query('$.alg')"
-        " if { var(txn.bearer) -m found }",
+        "    # (flashsale/fleet/client_buckets.py); any other token names no bucket. Given back",
+        "    # for an answer a gateway gives before its buyer bucket (no token, no item, not",
+        "    # open or not admitted, sold out): it would not have taken one.",
         "    http-request set-var(txn.buyer) var(txn.bearer),jwt_payload_query('$.sub')"
-        f" if {verified}",
-        f"    http-request lua.client_bucket txn.buyer {rate!r} {burst!r} if {taken}",
-        "    # Given back for an answer a gateway gives before its buyer bucket (no token, no",
-        "    # item, not open or not admitted, sold out): it would not have taken one.",
-        f"    http-response lua.client_bucket_refund txn.buyer {rate!r} {burst!r}"
-        f" if {taken} {{ status {' '.join(map(str, REFUNDED))} }}",
+        f" if {PURCHASE} {verified}",
+        *_taken("txn.buyer", bucket, REFUNDED),
+    ]
+
+
+def _joiner(bucket: Bucket, verified: str) -> list[str]:
+    return [
+        "    # One join bucket per client address for the whole fleet, the one a gateway keeps,",
+        "    # taken only with a token that verifies (a forged one must not spend it).",
+        f"    http-request set-var(txn.joiner) src if {JOIN} {verified}",
+        *_taken("txn.joiner", bucket, JOIN_REFUNDED),
     ]
 
 
@@ -121,13 +153,19 @@ def render(
     buyer: Bucket | None,
     tokens: BuyerTokens | None,
     key_file: Path | None = None,
+    join: Bucket | None = None,
 ) -> str:
     """The frontend's bucket lines: address first, as a gateway takes them (a request its
-    address bucket refuses spends no buyer token), then the 429 of either, whose body is
+    address bucket refuses spends no buyer or join token), then the 429 of any, whose body is
     ``refusal`` (the gateway's, quoted for haproxy)."""
     lines = _address(address) if address is not None else []
-    if buyer is not None and tokens is not None:
-        lines += _buyer(buyer, tokens, key_file)
+    if tokens is not None and tokens.algorithms and (buyer is not None or join is not None):
+        verified = _verified(tokens, key_file)
+        lines += _bearer([route for route, b in ((PURCHASE, buyer), (JOIN, join)) if b])
+        if buyer is not None:
+            lines += _buyer(buyer, verified)
+        if join is not None:
+            lines += _joiner(join, verified)
     if not lines:
         return ""
     lines += [

@@ -33,7 +33,8 @@ KEY_FILE = "jwt_public_key.pem"  # beside the configuration, when buyer tokens a
 class Edge:
     """The balancer's overload and connection limits (Settings ``edge_*``), the per-client
     buckets it keeps for every gateway behind it (per address: ``ip_rate_per_s``,
-    ``ip_burst``; per buyer: ``user_rate_per_s``, ``user_burst``, with how it verifies buyer
+    ``ip_burst``; per buyer: ``user_rate_per_s``, ``user_burst``; per address on a waiting
+    room's join: ``waiting_room_join_address_*``; the last two with how it verifies buyer
     tokens; None: none), the paths its public listener forwards, and how long a sold-out entry
     lives past its last confirmation (``sold_out_flag_ttl_ms``)."""
 
@@ -47,6 +48,7 @@ class Edge:
     buyer_bucket: Bucket | None = None
     buyer_tokens: BuyerTokens | None = None
     keepalive_ms: int = 1000
+    join_bucket: Bucket | None = None
 
     @classmethod
     def of(cls, cfg: Settings) -> Edge:
@@ -61,21 +63,27 @@ class Edge:
             (cfg.user_rate_per_s, cfg.user_burst),
             BuyerTokens.of(cfg),
             cfg.edge_keepalive_ms,
+            (cfg.waiting_room_join_address_rate_per_s, cfg.waiting_room_join_address_burst),
         )
+
+    def verifies_tokens(self) -> BuyerTokens | None:
+        """How it verifies buyer tokens, if a bucket it keeps needs them (None: none does)."""
+        if self.buyer_bucket is None and self.join_bucket is None:
+            return None
+        return self.buyer_tokens
 
     def environment(self) -> dict[str, str]:
         """What haproxy's process needs in its environment for this edge (the key it verifies
         buyer tokens with, kept out of the configuration's text)."""
-        if self.buyer_bucket is None or self.buyer_tokens is None:
-            return {}
-        return self.buyer_tokens.environment()
+        tokens = self.verifies_tokens()
+        return {} if tokens is None else tokens.environment()
 
 
 def write_key(edge: Edge, directory: Path) -> Path | None:
     """The public key buyer tokens are verified with, written where the configuration that
     `render` gives ``directory / KEY_FILE`` finds it; None: no key file is needed."""
-    tokens = edge.buyer_tokens
-    if edge.buyer_bucket is None or tokens is None or not tokens.public_key:
+    tokens = edge.verifies_tokens()
+    if tokens is None or not tokens.public_key:
         return None
     path = directory / KEY_FILE
     path.write_text(tokens.public_key)
@@ -96,6 +104,7 @@ def _client_buckets(edge: Edge, key_file: Path | None) -> str:
         edge.buyer_bucket,
         edge.buyer_tokens,
         key_file,
+        edge.join_bucket,
     )
 
 
@@ -131,7 +140,7 @@ def render(
         )
     )
     return Template(TEMPLATE.read_text()).substitute(
-        guard=client_buckets.guard(edge.buyer_tokens if edge.buyer_bucket else None),
+        guard=client_buckets.guard(edge.verifies_tokens()),
         socket=socket_path,
         pidfile=pidfile,
         port=port,

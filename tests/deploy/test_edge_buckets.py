@@ -1,8 +1,8 @@
-"""The balancer's per-buyer bucket (flashsale/fleet/client_buckets.py), with a real haproxy in
-front of a backend that never limits anyone: only the balancer's refusals are 429s here. A
-buyer is the ``sub`` of a token whose signature verifies at the balancer; a forged, unsigned or
-malformed token names no bucket (and breaks nothing), and a token is given back for the answers
-a gateway gives before its own buyer bucket."""
+"""The balancer's per-buyer bucket and per-address join bucket (flashsale/fleet/client_buckets.py),
+with a real haproxy in front of a backend that never limits anyone: only the balancer's refusals
+are 429s here. A buyer is the ``sub`` of a token whose signature verifies at the balancer; a
+forged, unsigned or malformed token names no bucket (and breaks nothing), and a token is given
+back for the answers a gateway gives before its own bucket."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.slow]
 SECRET = "edge-buckets-test-secret-" + "0123456789abcdef" * 3  # HS512 wants 64 bytes
 RATE_PER_S, BURST = 0.01, 3  # no token comes back by itself within a test
 OPEN, NOT_OPEN = purchase_path(1), purchase_path(2)
+JOIN, JOIN_REFUSED = "/api/flash-sales/sales/1/queue", "/api/flash-sales/sales/2/queue"
 LIMITED = Edge(1000, 100, 1000, 1000, buyer_bucket=(RATE_PER_S, BURST))
 
 
@@ -61,6 +62,7 @@ def _serving(backend: Backend, tmp_path: Path, edge: Edge) -> Iterator[httpx.Cli
         pytest.fail("haproxy is missing: scripts/bootstrap installs it")
     backend.release.set()
     backend.statuses[NOT_OPEN] = 403
+    backend.statuses[JOIN_REFUSED] = 401  # as a gateway answers a token past its exp
     log = tmp_path / "haproxy.log"
     with haproxy.serving(backend.address, free_port(), tmp_path, edge, log=log) as balancer:
         with httpx.Client(base_url=balancer.base, timeout=10) as client:
@@ -115,6 +117,29 @@ def test_an_answer_given_before_a_gateways_bucket_gives_the_token_back(
     often as a buyer likes leaves the bucket full for the opening."""
     assert _statuses(edge, _token("10"), 4 * BURST, NOT_OPEN) == [403] * (4 * BURST)
     assert _statuses(edge, _token("10"), BURST + 1) == [202] * BURST + [429]
+
+
+@pytest.fixture
+def join_edge(backend: Backend, tmp_path: Path) -> Iterator[httpx.Client]:
+    tokens = BuyerTokens(("HS256",), secret=SECRET)
+    only_joins = Edge(1000, 100, 1000, 1000, join_bucket=(RATE_PER_S, BURST), buyer_tokens=tokens)
+    yield from _serving(backend, tmp_path, only_joins)
+
+
+def test_one_address_gets_one_join_bucket_whoever_the_buyers(join_edge: httpx.Client) -> None:
+    """Each join with another buyer's verified token: the address's burst, then the gateway's
+    429; the purchase route and tokens that do not verify spend none of it; a join answered
+    401 gives its token back."""
+    unsigned = jwt.encode({"sub": "30"}, "", algorithm="none")
+    for token in (_token("31", key="x" * 64), unsigned, "garbage"):
+        assert _statuses(join_edge, token, BURST + 1, JOIN) == [202] * (BURST + 1), token[:40]
+    assert _statuses(join_edge, _token("32"), BURST + 1) == [202] * (BURST + 1)  # purchases
+    assert _statuses(join_edge, _token("33"), 2 * BURST, JOIN_REFUSED) == [401] * (2 * BURST)
+    joined = [_statuses(join_edge, _token(str(40 + n)), 1, JOIN)[0] for n in range(BURST + 2)]
+    assert joined == [202] * BURST + [429, 429]
+    _is_the_gateways_refusal(
+        join_edge.post(JOIN, headers={"Authorization": f"Bearer {_token('60')}"})
+    )
 
 
 def test_rs256_tokens_are_verified_with_the_public_key(backend: Backend, tmp_path: Path) -> None:

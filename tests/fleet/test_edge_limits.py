@@ -1,6 +1,6 @@
-"""The balancer as the public edge of 2 gateways: one client's per-address bucket is the
-documented one for the fleet as a whole (not one per gateway), and only buyer routes are
-served there; operators have a listener of their own."""
+"""The balancer as the public edge of 2 gateways: one client's per-address bucket, and its
+waiting-room join bucket, are the documented ones for the fleet as a whole (not one per
+gateway), and only buyer routes are served there; operators have a listener of their own."""
 
 from __future__ import annotations
 
@@ -15,12 +15,14 @@ import pytest
 from flashsale.fleet import fleet
 from flashsale.fleet.namespaces import Host
 from flashsale.stack.processes import settings_env
+from gateway.auth import sign_token
 from gateway.errors import RateLimited
 from gateway.responses import encode
 from kernel.settings import Settings
 from rig.http import client_session
 from tests.fleet.buyers import buy_new, buy_noting_refusals, users
 from tests.fleet.conftest import limited_fleet
+from tests.gateway.test_waiting_room import _room_sale
 from tests.support.constants import REDIS_TIMEOUT_MS
 from tests.support.gateway import new_sale
 
@@ -28,9 +30,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 GATEWAYS = 2
 RATE_PER_S, BURST = 1.0, 30  # the documented bucket of the issue's run: 32 purchases in 2 s
+JOIN_RATE_PER_S, JOIN_BURST = 1.0, 10
 LIMITED_ENV = settings_env(
-    ip_rate_per_s=RATE_PER_S, ip_burst=BURST, redis_timeout_ms=REDIS_TIMEOUT_MS
+    ip_rate_per_s=RATE_PER_S,
+    ip_burst=BURST,
+    waiting_room_join_address_rate_per_s=JOIN_RATE_PER_S,
+    waiting_room_join_address_burst=JOIN_BURST,
+    redis_timeout_ms=REDIS_TIMEOUT_MS,
 )
+JOINS = 2 * JOIN_BURST + 4  # one bucket per gateway would let 2 x JOIN_BURST through
+# Another client address than the purchase test's (loopback is a /8): a bucket of its own.
+JOINER_ADDRESS = "127.0.0.2"
 OFFERED_PER_S = 50
 OFFERED_S = 3.0
 
@@ -74,6 +84,29 @@ async def test_one_client_gets_the_documented_bucket_through_two_gateways(
     assert set(statuses) <= {202, 429}, statuses
     assert BURST <= through <= allowed + 1, statuses  # +1: the span is measured after the sends
     assert set(refusals) == {encode(RateLimited(retry_after=1).body())}
+
+
+def test_one_client_gets_one_join_bucket_through_two_gateways(
+    live_stack: Settings, pair: list[Host]
+) -> None:
+    """One address joins a room with as many buyers (each a verified token of its own)."""
+    cfg = live_stack
+    sale, _, _ = _room_sale(fleet.gateway_url(cfg, pair[0]), 10, opens_in_s=600, rate=100)
+    statuses: Counter[int] = Counter()
+    transport = httpx.HTTPTransport(local_address=JOINER_ADDRESS)
+    with httpx.Client(base_url=fleet.balancer_url(cfg), transport=transport, timeout=10) as edge:
+        start = time.monotonic()
+        for _ in range(JOINS):
+            token = sign_token(cfg, next(users))
+            joined = edge.post(
+                f"/api/flash-sales/sales/{sale}/queue", headers={"Authorization": f"Bearer {token}"}
+            )
+            statuses[joined.status_code] += 1
+        span = time.monotonic() - start
+    allowed = JOIN_BURST + JOIN_RATE_PER_S * span
+    print(f"\none address, {GATEWAYS} gateways, {JOINS} joins: {dict(statuses)}; {allowed:.1f}")
+    assert set(statuses) <= {200, 429}, statuses
+    assert JOIN_BURST <= statuses[200] <= allowed + 1, statuses  # before: 2 x JOIN_BURST
 
 
 def test_the_public_edge_serves_only_buyer_routes(live_stack: Settings, pair: list[Host]) -> None:
