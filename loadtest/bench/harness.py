@@ -9,7 +9,7 @@ competes with the server, as it does on any 2-core machine, and the figures say 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,7 +94,11 @@ class Harness:
         return self.opts.all_cores, self.opts.all_cores
 
     @contextmanager
-    def server(self, subject: str, workers: int = 1) -> Iterator[Served]:
+    def server(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Iterator[Served]:
+        """The subject's server for the block, pinned; ``env`` on top of its own settings."""
+        own: dict[str, str]
         port, base, core = self.ports[subject], self.base(subject), self.cores(workers)[0]
         if self._topic_env is None:
             # The gateways' orders go to a topic of the benchmark's own (see topics.py).
@@ -102,17 +106,17 @@ class Harness:
         if subject == "gateway":
             argv = servers.gateway_argv(port, workers)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**GATEWAY_ENV, **self._topic_env, **settings_env(gateway_port=port)}
+            own = {**GATEWAY_ENV, **self._topic_env, **settings_env(gateway_port=port)}
         elif subject == "bare_asgi":
             argv = servers.granian_argv("loadtest.baselines.bare_asgi:app", port)
-            ready, env = servers.http_ready(f"{base}/", 410), {}
+            ready, own = servers.http_ready(f"{base}/", 410), {}
         elif subject == "naive":
             argv = servers.granian_argv("loadtest.baselines.naive_gateway:app", port)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**self._topic_env, "LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
+            own = {**self._topic_env, "LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
         elif subject == "nginx":
             argv = servers.nginx_argv(port, self.workdir / "nginx")
-            ready, env = servers.http_ready(f"{base}/", 410), {}
+            ready, own = servers.http_ready(f"{base}/", 410), {}
         else:
             raise ValueError(subject)
         with contextlib.ExitStack() as pinned:
@@ -122,7 +126,7 @@ class Harness:
                 stack_core = self.opts.load_core if stack_core is None else stack_core
                 pinned.enter_context(affinity.stack_on(self.cfg, {stack_core}))
             proc = pinned.enter_context(
-                servers.running(subject, argv, ready, self.log_dir, core, env)
+                servers.running(subject, argv, ready, self.log_dir, core, {**own, **(env or {})})
             )
             yield Served(base, proc.pid)
 
@@ -148,11 +152,13 @@ class Harness:
 
     # --- scenarios -------------------------------------------------------------------------
 
-    def closed_sold_out(self, subject: str, workers: int = 1) -> Measured:
+    def closed_sold_out(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Measured:
         s = self._sale()
         o = self.opts
         load_core = self.cores(workers)[1]
-        with self.server(subject, workers) as served:
+        with self.server(subject, workers, env) as served:
             base = served.base
             problems = self._flag_sold_out(subject, base, workers)
             url = base + s.sold_out.path
@@ -174,11 +180,13 @@ class Harness:
         problems += _wrk_problems(result, expect_2xx=False)
         return metrics, problems
 
-    def closed_reserve(self, subject: str, workers: int = 1) -> Measured:
+    def closed_reserve(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Measured:
         item = self._item(subject)
         o = self.opts
         load_core = self.cores(workers)[1]
-        with self.server(subject, workers) as served:
+        with self.server(subject, workers, env) as served:
             url = served.base + item.path
 
             def load(seconds: float, token_file: Path, count: int) -> wrk.WrkResult:

@@ -51,22 +51,6 @@ ACCEPTED = {"reserve": 202, "sold_out": 410}
 ADMISSION_OFF = {"FLASHSALE_ADMISSION_TARGET_MS": "0"}
 
 
-@contextlib.contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment for the block (a gateway started inside it
-    inherits them: the harness's own settings for it come on top)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
-
-
 def peak_rss_mb(session: int) -> float:
     """The largest peak resident set (VmHWM) of the processes in ``session``: the worker's."""
     peak = 0
@@ -135,6 +119,7 @@ class Overload:
         multiple: float,
         baseline_p99: float | None,
         edge: Edge | None,
+        env: dict[str, str],
     ) -> dict[str, Any]:
         h, s = self.h, self.h.bench_sale
         assert s is not None, "set_up_sale() first"
@@ -147,11 +132,8 @@ class Overload:
         item = s.gateway if path == "reserve" else s.sold_out
         token_file = self._tokens(phases) if path == "reserve" else None
         with (
-            h.server("gateway") as served,
-            entry(h, served, edge, self.balancer_core) as (
-                base,
-                balancer,
-            ),
+            h.server("gateway", env=env) as served,
+            entry(h, served, edge, self.balancer_core) as (base, balancer),
         ):
             if path == "sold_out":
                 self._flag(served, item)
@@ -220,8 +202,8 @@ def maxima(h: Harness, given: dict[str, float | None]) -> dict[str, float]:
     for path, value in given.items():
         if value is None:
             closed = h.closed_reserve if path == "reserve" else h.closed_sold_out
-            with environ(ADMISSION_OFF):  # wrk counts 503s as answers too
-                measured, problems = closed("gateway")
+            # Admission off: wrk would count its 503s as answers too.
+            measured, problems = closed("gateway", env=ADMISSION_OFF)
             if problems:
                 print(f"  closed-loop {path}: {problems}", flush=True)
             value = float(measured["rps"])
@@ -364,8 +346,7 @@ def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[st
                     en: dict[str, str] = env,
                     b: float | None = base_p99,
                 ) -> tuple[dict[str, Any], list[str]]:
-                    with environ(en):
-                        row = bench.run(path, top[path], m, b, e)  # noqa: B023 - this pass's
+                    row = bench.run(path, top[path], m, b, e, en)  # noqa: B023 - this pass's
                     row["run"] = lab
                     return row, []
 
