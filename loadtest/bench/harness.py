@@ -242,9 +242,9 @@ class Harness:
         calls = self.opts.redis_calls[pipeline]
         result = redisbench.run(node, pipeline, calls, self.opts.redis_clients, self.opts.load_core)
         problems = []
-        if result.reserved < calls * 0.99:
-            problems.append(f"only {result.reserved} of {calls} calls reserved")
-        return result.as_dict(), problems
+        if result["reserved"] < calls * 0.99:
+            problems.append(f"only {result['reserved']} of {calls} calls reserved")
+        return result, problems
 
     @contextmanager
     def standalone_redis(self) -> Iterator[redisbench.Node]:
