@@ -11,8 +11,7 @@ as many distinct buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
 
 from __future__ import annotations
 
-import signal
-import subprocess
+import dataclasses
 import sys
 import threading
 import time
@@ -28,7 +27,7 @@ from loadtest.bench import sale, servers
 from loadtest.bench.topics import own_topics
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
-from loadtest.measure import child, cpu
+from loadtest.measure import cpu
 from rig.admin import NewItem, new_sale
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
@@ -80,17 +79,8 @@ class CommitClock:
 
 
 def settings(plan: Plan) -> dict[str, Any]:
-    return {
-        "units": plan.units,
-        "shards": plan.shards,
-        "buyers": plan.buyers,
-        "connections": plan.connections,
-        "server_core": plan.server_core,
-        "load_core": plan.load_core,
-        "writer_cores": plan.writer_cores,
-        "poll_s": POLL_S,
-        "gateway_env": GATEWAY_ENV,
-    }
+    shown = {k: v for k, v in dataclasses.asdict(plan).items() if k != "timeout_s"}
+    return {**shown, "poll_s": POLL_S, "gateway_env": GATEWAY_ENV}
 
 
 def _create_sale(base: str, cfg: Settings, units: int, shards: int) -> tuple[sale.Item, sale.Item]:
@@ -119,48 +109,6 @@ def _wait_for_orders(dsn: str, item_id: int, count: int, timeout_s: float) -> No
         raise RuntimeError(
             f"the writer stored {clock.count} of {count} orders in {timeout_s:.0f} s"
         )
-
-
-def _wrk_spike(url: str, token_file: Path, plan: Plan) -> tuple[dict[str, Any], bool, float]:
-    """(WRK_JSON summary, every buyer answered, wrk's CPU seconds)."""
-    argv = [
-        "wrk",
-        "-t1",
-        f"-c{plan.connections}",
-        f"-d{int(plan.timeout_s) + 60}s",
-        f"--timeout={wrk.TIMEOUT_S}s",
-        "--latency",
-        "-s",
-        str(wrk.SCRIPTS / "spike.lua"),
-        url,
-        "--",
-        str(token_file),
-        "0",
-        str(plan.buyers),
-        "1",
-    ]
-    lines: list[str] = []
-    finished = threading.Event()
-    cpu_before = cpu.children_s()
-    proc = subprocess.Popen(servers.pinned(plan.load_core, argv), stdout=subprocess.PIPE, text=True)
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("SPIKE_DONE"):
-                finished.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    answered = finished.wait(plan.timeout_s)
-    proc.send_signal(signal.SIGINT)  # wrk stops and prints its summary
-    proc.wait(30)
-    reader.join(10)
-    cpu_s = cpu.children_s() - cpu_before
-    why = f"exit {proc.returncode}: {''.join(lines)[-500:]}"
-    summary: dict[str, Any] = child.result_line(lines, wrk.PREFIX, "wrk", why)
-    return summary, answered, cpu_s
 
 
 def run_once(
@@ -212,7 +160,10 @@ def _spike(
     with cpu.used(writer_pid) as writer:
         poller.start()
         with cpu.used(gateway_pid) as gateway:
-            raw, all_answered, wrk_cpu_s = _wrk_spike(base + item.path, token_file, plan)
+            raw, all_answered, wrk_cpu_s = wrk.spike(
+                base + item.path, token_file, plan.buyers, plan.connections, plan.load_core,
+                plan.timeout_s,
+            )  # fmt: skip
         poller.join(plan.timeout_s)
         clock.stop.set()
     gateway_cpu_s, writer_cpu_s = gateway.of(gateway_pid), writer.of(writer_pid)
