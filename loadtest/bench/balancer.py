@@ -34,20 +34,19 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from flashsale.fleet import fleet, haproxy
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
-from loadtest.bench import affinity, sale, servers
+from loadtest.bench import affinity, sale
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
-from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served
+from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served, wrk_problems
 from loadtest.bench.report.fmt import provenance
 from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
-from loadtest.generators import tokens, wrk
+from loadtest.generators import wrk
 from loadtest.measure.cpu import used
 from rig.admin import NewItem, new_sale
 
@@ -98,7 +97,6 @@ class Bench:
     cfg: Settings
     h: Harness
     args: BalancerOptions
-    workdir: Path
     extra_items: list[sale.Item] = field(default_factory=list)  # dropped from Redis at the end
 
     # --- closed loop ---------------------------------------------------------------------
@@ -123,7 +121,7 @@ class Bench:
         metrics["gateway_cpu_us_per_req"] = use.of(gw.pid) / n * 1e6 if n else 0.0
         metrics["balancer_cpu_us_per_req"] = use.of(bal.pid) / n * 1e6 if n else 0.0
         metrics["forwarded"] = forwarded
-        problems = _answers(result)
+        problems = wrk_problems(result, expect_2xx=False)
         if subject == "haproxy_410" and forwarded:
             problems.append(f"{forwarded:.0f} requests reached the gateway")
         # haproxy's queue timeout (the edge's overload shedding) may answer a few 503s itself;
@@ -136,28 +134,19 @@ class Bench:
     @contextmanager
     def behind_haproxy(self, subject: str) -> Iterator[tuple[Served, haproxy.Balancer, str]]:
         """The harness's gateway (flagged), haproxy in front of it on the server core."""
-        s = self.h.bench_sale
-        assert s is not None
-        o = self.h.opts
+        s = self.h.made_sale()
         with self.h.server("gateway") as gw:
             for _ in range(2):  # the first asks Redis and flags the item, the second checks
-                status = sale.purchase(gw.base, s.sold_out, self.token())
+                status = sale.purchase(gw.base, s.sold_out, self.h.token())
                 if status != 410:
                     raise RuntimeError(f"the flagging purchase answered {status}")
-            port = self.h.ports["bare_asgi"]  # a free bench port the harness never uses here
-            gateway = gw.base.removeprefix("http://")
-            where = self.workdir / subject
-            pin = servers.pinned(o.server_core, [])
-            log = self.h.log_dir / f"{subject}.log"
             # The entry set by hand lives for the run (an entry's expire is the flag TTL).
             edge = replace(haproxy.Edge.of(self.cfg), sold_out_ttl_ms=86_400_000)
-            with haproxy.serving(gateway, port, where, edge, prefix=pin, log=log) as bal:
+            with self.h.entry(gw, edge, name=subject) as (_, bal):
+                assert bal is not None
                 if subject == "haproxy_410":
                     haproxy.command(bal.socket, haproxy.set_sold_out(s.sold_out.path))
                 yield gw, bal, bal.base + s.sold_out.path
-
-    def token(self) -> bytes:
-        return next(tokens.signed(self.cfg, self.h.buyers.take(1)))
 
     # --- open loop -----------------------------------------------------------------------
 
@@ -167,7 +156,7 @@ class Bench:
         else:
             with self.behind_haproxy(subject) as (_, bal, url):
                 # The harness's open-loop run, its CPU meter on haproxy's session.
-                metrics = self.h._open_loop(Served(bal.base, bal.pid), url, rate, None)  # noqa: SLF001
+                metrics = self.h.open_loop(Served(bal.base, bal.pid), url, rate, None)
             metrics["balancer_cpu_us_per_req"] = metrics["cpu_us_per_req"]
             other = {k: v for k, v in metrics["statuses"].items() if k != "410"}
             problems = [f"answers other than 410: {other}"] if other else []
@@ -181,8 +170,7 @@ class Bench:
     def fleet_mix(self) -> Measured:
         """Two wrk crowds at once through a pinned 2-gateway fleet's balancer."""
         o = self.h.opts
-        s = self.h.bench_sale
-        assert s is not None and self.h.shards is not None
+        s = self.h.made_sale()
         mapped, forwarded_conns = (int(c) for c in self.args.fleet_share_connections.split(","))
         core = str(o.server_core)
         with (
@@ -194,12 +182,12 @@ class Bench:
                 hosts = fleet.up(cfg, 2, env, cores=core)
                 fleet.agent(cfg).stop()  # the table holds exactly the one item, set by hand
                 base = fleet.balancer_url(cfg)
-                other = _one_unit_item(fleet.operator_url(cfg), cfg, self.token())
+                other = _one_unit_item(fleet.operator_url(cfg), cfg, self.h.token())
                 self.extra_items.append(other)
                 for host in hosts:  # every gateway flags both items (2 tries: its workers)
                     for item in (s.sold_out, other):
                         for _ in range(2):
-                            sale.purchase(fleet.gateway_url(cfg, host), item, self.token())
+                            sale.purchase(fleet.gateway_url(cfg, host), item, self.h.token())
                 root = fleet.paths(cfg)
                 # (GATEWAY_ENV's flag TTL, a day, is the entry's expire too)
                 haproxy.command(root.socket, haproxy.clear_sold_out())
@@ -252,7 +240,7 @@ class Bench:
             metrics["balancer_cpu_us_per_req"] + metrics["gateway_cpu_us_per_req"]
         )
         metrics["server_busy"] = busy.total_s / wall
-        return metrics, _answers(a) + _answers(b)
+        return metrics, wrk_problems(a, False) + wrk_problems(b, False)
 
 
 def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
@@ -269,15 +257,6 @@ def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
     if status != 202:
         raise RuntimeError(f"buying the forwarded item's only unit answered {status}")
     return item
-
-
-def _answers(result: wrk.WrkResult) -> list[str]:
-    problems = []
-    if result.non_2xx != result.requests:
-        problems.append(f"{result.requests - result.non_2xx} answers were 2xx, expected 410s")
-    if result.socket_errors or result.timeouts:
-        problems.append(f"{result.socket_errors} socket errors, {result.timeouts} timeouts")
-    return problems
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -305,8 +284,7 @@ def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[st
         SECTION, duration_s=args.duration, warmup_s=1.0, soldout_connections=args.connections,
         reserve_connections=args.reserve_connections, open_connections=256,
     )  # fmt: skip
-    workdir = h.workdir
-    b = Bench(cfg, h, args, workdir)
+    b = Bench(cfg, h, args)
     try:
         h.set_up_sale()
         for repeat in range(repeats if "closed" in parts else 0):
@@ -359,7 +337,6 @@ def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[st
                 _say,
             )
     finally:
-        assert h.shards is not None
         for item in b.extra_items:
             h.shards.drop(item)
         h.close()

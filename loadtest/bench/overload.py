@@ -18,11 +18,10 @@ gets a table per path.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,8 @@ from loadtest.bench.context import Context
 from loadtest.bench.harness import Harness, Served
 from loadtest.bench.report import fmt
 from loadtest.bench.sale import Item, purchase
-from loadtest.bench.servers import pinned
 from loadtest.constants import BENCH_PORTS
-from loadtest.generators import phased, phased_vegeta, tokens
+from loadtest.generators import phased, phased_vegeta
 from loadtest.measure.cpu import used
 from rig.ports import free_port
 
@@ -83,25 +81,6 @@ def gateway_counts(base: str) -> dict[str, float]:
     return {name: float(value) for name, value in re.findall(pattern, text, re.M)}
 
 
-@contextlib.contextmanager
-def entry(
-    h: Harness, served: Served, edge: Edge | None, core: int | None = None
-) -> Iterator[tuple[str, haproxy.Balancer | None]]:
-    """Where the load goes: (base URL, the balancer or None). ``edge`` None: the gateway
-    itself; else haproxy in front of it, pinned to ``core`` (default: the server core, with
-    the gateway)."""
-    if edge is None:
-        yield served.base, None
-        return
-    port = free_port(set(h.ports.values()), BENCH_PORTS)
-    workdir = h.workdir / f"haproxy-{port}"
-    gateway = served.base.removeprefix("http://")
-    prefix = pinned(h.opts.server_core if core is None else core, [])
-    log = h.log_dir / "haproxy.log"
-    with haproxy.serving(gateway, port, workdir, edge, prefix, log) as balancer:
-        yield balancer.base, balancer
-
-
 class Overload:
     def __init__(
         self, h: Harness, seconds: float, connections: int, vegeta_bin: str, balancer_core: int
@@ -121,8 +100,7 @@ class Overload:
         edge: Edge | None,
         env: dict[str, str],
     ) -> dict[str, Any]:
-        h, s = self.h, self.h.bench_sale
-        assert s is not None, "set_up_sale() first"
+        h, s = self.h, self.h.made_sale()
         half = maximum * 0.5
         phases = [
             phased.Phase(half, WARMUP_S),
@@ -133,7 +111,7 @@ class Overload:
         token_file = self._tokens(phases) if path == "reserve" else None
         with (
             h.server("gateway", env=env) as served,
-            entry(h, served, edge, self.balancer_core) as (base, balancer),
+            h.entry(served, edge, self.balancer_core) as (base, balancer),
         ):
             if path == "sold_out":
                 self._flag(served, item)
@@ -146,7 +124,6 @@ class Overload:
             result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None
             result["gateway"] = gateway_counts(served.base)
         if path == "reserve":
-            assert h.shards is not None
             h.shards.clear_holds(item)
         bound = (baseline_p99 or result["ok_p99_ms"]) * RECOVERY_BOUND
         result["recovery_s"] = phased.recovery_s(result.pop("after_windows"), bound)
@@ -185,14 +162,10 @@ class Overload:
 
     def _tokens(self, phases: Sequence[phased.Phase]) -> Path:
         # The generator reads its phases back from "%g" text: a few more than the floats say.
-        count = int(sum(p.rate * p.seconds for p in phases)) + 1000
-        return tokens.write(
-            self.h.cfg, self.h.workdir / "overload.tokens", self.h.buyers.take(count)
-        )
+        return self.h.token_file("overload", int(sum(p.rate * p.seconds for p in phases)) + 1000)
 
     def _flag(self, served: Served, item: Item) -> None:
-        token = next(tokens.signed(self.h.cfg, self.h.buyers.take(1)))
-        status = purchase(served.base, item, token)
+        status = purchase(served.base, item, self.h.token())
         if status != 410:
             raise RuntimeError(f"flagging the sold-out item answered {status}")
 
