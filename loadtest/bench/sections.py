@@ -28,9 +28,9 @@ from loadtest.bench import (
     room,
     starvation,
     techniques,
-    voucherbench,
+    voucher_load,
     wait_cost,
-    writerbench,
+    writer_load,
 )
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
@@ -221,7 +221,7 @@ def _spike_summary(m: dict[str, Any]) -> str:
 
 
 def run_writer(ctx: Context, a: WriterOptions, rec: store.Recorder) -> dict[str, Any]:
-    about = writerbench.run(rec, ctx.args.repeats, a.orders, a.orders_at_1)
+    about = writer_load.section(rec, ctx.args.repeats, a.orders, a.orders_at_1)
     return {**about, "repeats": ctx.args.repeats}
 
 
@@ -233,7 +233,7 @@ def run_techniques(ctx: Context, a: TechniquesOptions, rec: store.Recorder) -> d
 
 
 def run_vouchers(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    return {**voucherbench.run(rec, ctx.args.repeats), "repeats": ctx.args.repeats}
+    return {**voucher_load.section(rec, ctx.args.repeats), "repeats": ctx.args.repeats}
 
 
 def run_loadgen(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
