@@ -41,7 +41,7 @@ from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import affinity, sale
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served, wrk_problems
 from loadtest.bench.report.fmt import provenance
 from loadtest.bench.stats import summarize
@@ -64,22 +64,18 @@ IDLE_S = 3.0  # the fleet's processes measured with no load, before the mixed ru
 
 @dataclass(frozen=True)
 class BalancerOptions:
-    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
-    connections: int = field(default=64, metadata={"help": "wrk connections (sold-out)"})
-    fraction: float = field(default=0.5, metadata={"help": "open loop: of each subject's max"})
-    same_rate: float = field(
-        default=2000.0,
-        metadata={"help": "open loop: also every subject at this one req/s (0: not)"},
-    )
-    fleet: bool = field(default=True, metadata={"help": "the 2-gateway fleet check"})
+    duration: float = option(6.0, "seconds per measured run")
+    connections: int = option(64, "wrk connections (sold-out)")
+    fraction: float = option(0.5, "open loop: of each subject's max")
+    same_rate: float = option(2000.0, "open loop: also every subject at this one req/s (0: not)")
+    fleet: bool = option(True, "the 2-gateway fleet check")
     # 256 answered 503s past the Redis deadline on the loaded machine.
-    reserve_connections: int = field(default=64, metadata={"help": "wrk connections, reserve"})
-    parts: str = field(
-        default=",".join(PARTS),
-        metadata={"help": "parts to measure again; the committed section keeps the others"},
+    reserve_connections: int = option(64, "wrk connections, reserve")
+    parts: str = option(
+        ",".join(PARTS), "parts to measure again; the committed section keeps the others"
     )
-    fleet_share_connections: str = field(
-        default="58,6", metadata={"help": "fleet: connections at the map item, the gateway item"}
+    fleet_share_connections: str = option(
+        "58,6", "fleet: connections at the map item, the gateway item"
     )
 
     @property

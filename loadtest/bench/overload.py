@@ -22,7 +22,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from flashsale.stack.processes import http_ready
 from kernel.settings import settings
 from loadtest.bench import results as store
 from loadtest.bench import servers
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, floats, option
 from loadtest.bench.harness import Harness, Served
 from loadtest.bench.report import fmt
 from loadtest.bench.sale import Item, purchase
@@ -221,32 +221,28 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class OverloadOptions:
-    seconds: float = field(default=10.0, metadata=_help("of overload per run"))
-    multiples: str = field(default="0.5,1,2,5,10", metadata=_help("of each path's maximum"))
-    paths: str = field(default="reserve,sold_out", metadata=_help("reserve, sold_out"))
-    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
-    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
+    seconds: float = option(10.0, "of overload per run")
+    multiples: str = option("0.5,1,2,5,10", "of each path's maximum")
+    paths: str = option("reserve,sold_out", "reserve, sold_out")
+    reserve_max: float = option(0.0, "req/s (0: measured closed loop)")
+    soldout_max: float = option(0.0, "req/s (0: measured closed loop)")
     # Enough that the offered rate reaches the server: with 256, at 2× the generator itself
     # queued 12,814 requests for a free connection (HTTP/1.1: one request per connection), and
     # the server never saw the overload it was meant to shed.
-    connections: int = field(default=2048, metadata=_help("open-loop connections"))
-    target_ms: float = field(default=0.0, metadata=_help("admission target (0: the setting's)"))
-    without_admission: str = field(default="", metadata=_help("multiples also run admission off"))
-    entry: str = field(default="balancer", metadata=_help("balancer (haproxy in front) or gateway"))
-    direct: str = field(default="2", metadata=_help("multiples also run straight at the gateway"))
-    server_maxconn: str = field(default="", metadata=_help("haproxy's per-gateway maxconn list"))
-    queue_per_server: int = field(default=0, metadata=_help("queued per gateway (0: setting's)"))
-    queue_ms: int = field(default=0, metadata=_help("haproxy's timeout queue (0: setting's)"))
-    vegeta: str = field(default="", metadata=_help("vegeta binary: it offers the load instead"))
-    stack_on: str = field(default="load", metadata=_help("the stack's core: load or server"))
-    balancer_on: str = field(default="server", metadata=_help("haproxy's core: server or load"))
-    ceiling: bool = field(default=False, metadata=_help("first the generator against nginx"))
+    connections: int = option(2048, "open-loop connections")
+    target_ms: float = option(0.0, "admission target (0: the setting's)")
+    without_admission: str = option("", "multiples also run admission off")
+    entry: str = option("balancer", "balancer (haproxy in front) or gateway")
+    direct: str = option("2", "multiples also run straight at the gateway")
+    server_maxconn: str = option("", "haproxy's per-gateway maxconn list")
+    queue_per_server: int = option(0, "queued per gateway (0: setting's)")
+    queue_ms: int = option(0, "haproxy's timeout queue (0: setting's)")
+    vegeta: str = option("", "vegeta binary: it offers the load instead")
+    stack_on: str = option("load", "the stack's core: load or server")
+    balancer_on: str = option("server", "haproxy's core: server or load")
+    ceiling: bool = option(False, "first the generator against nginx")
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -280,9 +276,9 @@ def run_label(edge: Edge | None, admission: str) -> str:
 
 def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[str, Any]:
     paths = [p for p in args.paths.split(",") if p]
-    multiples = _floats(args.multiples)
-    off = _floats(args.without_admission)
-    direct = _floats(args.direct) if args.entry == "balancer" else []
+    multiples = floats(args.multiples)
+    off = floats(args.without_admission)
+    direct = floats(args.direct) if args.entry == "balancer" else []
     h = ctx.own_harness(
         "overload", duration_s=5.0, warmup_s=2.0, open_connections=args.connections,
         stack_core=ctx.opts.server_core if args.stack_on == "server" else None,
@@ -334,10 +330,6 @@ def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[st
 
 
 CEILING_RATES = ("rate", "answered_rps")
-
-
-def _floats(text: str) -> list[float]:
-    return [float(m) for m in text.split(",") if m]
 
 
 def render(data: store.Section) -> list[str]:

@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +39,7 @@ from flashsale.stack.processes import http_ready, process_group, settings_env, w
 from kernel.settings import PROJECT_ROOT, Settings
 from loadtest.bench import results as store
 from loadtest.bench import sale, servers, topics
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, floats, option
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.bench.report import fmt
 from loadtest.bench.stats import figure, paired_ratio, select
@@ -56,21 +56,18 @@ SECTION = "reserve_speed"
 
 @dataclass(frozen=True)
 class SpeedOptions:
-    naive: bool = field(default=True, metadata={"help": "the naive gateway in closed loop too"})
-    open_rounds: int = field(default=1, metadata={"help": "open-loop rounds"})
-    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
-    warmup: float = field(default=2.0, metadata={"help": "wrk warm-up seconds"})
-    fractions: str = field(default="0.5,0.9", metadata={"help": "open-loop rates, of each max"})
-    rates: str = field(default="", metadata={"help": "open-loop req/s instead of fractions"})
-    ceiling: bool = field(default=False, metadata={"help": "each generator against nginx"})
-    vegeta: str = field(
-        default="auto",
-        metadata={"help": "vegeta binary beside openloop (auto: the one on PATH; empty: none)"},
+    naive: bool = option(True, "the naive gateway in closed loop too")
+    open_rounds: int = option(1, "open-loop rounds")
+    duration: float = option(6.0, "seconds per measured run")
+    warmup: float = option(2.0, "wrk warm-up seconds")
+    fractions: str = option("0.5,0.9", "open-loop rates, of each max")
+    rates: str = option("", "open-loop req/s instead of fractions")
+    ceiling: bool = option(False, "each generator against nginx")
+    vegeta: str = option(
+        "auto", "vegeta binary beside openloop (auto: the one on PATH; empty: none)"
     )
-    profile: float = field(default=0.0, metadata={"help": "py-spy seconds, first tree's run"})
-    stamps: bool = field(
-        default=False, metadata={"help": "a stamped copy of the current code too: time per stage"}
-    )
+    profile: float = option(0.0, "py-spy seconds, first tree's run")
+    stamps: bool = option(False, "a stamped copy of the current code too: time per stage")
 
     @property
     def vegeta_bin(self) -> str:
@@ -353,17 +350,17 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
             for r in range(opts.open_rounds):
                 for tree in store.rotate(trees, r):
                     top = medians.get(tree.name, 0.0)
-                    fractions = _floats(opts.fractions)
-                    rates = _floats(opts.rates) or [round(top * f, -1) for f in fractions]
+                    fractions = floats(opts.fractions)
+                    rates = floats(opts.rates) or [round(top * f, -1) for f in fractions]
                     for row in bench.open(tree, rates):
                         rec.record(
                             f"open@{row['rate']:g}", f"{tree.name}/{row['tool']}", r, row, []
                         )
             if opts.open_rounds and opts.ceiling and medians:
                 top = max(
-                    _floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
+                    floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
                 )
-                fraction = 1.0 if opts.rates else max(_floats(opts.fractions))
+                fraction = 1.0 if opts.rates else max(floats(opts.fractions))
                 for row in bench.ceilings(round(2 * top * fraction, -1)):
                     rec.record("ceiling", row["tool"], 0, row, [])
         finally:
@@ -394,10 +391,6 @@ STAGE_FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
 def _latency(m: dict[str, Any], key: str) -> float:
     """The project generator's ``p99_ms``, or vegeta's from the intended send time."""
     return float(m.get(f"{key}_ms", m.get(f"{key}_ms_intended", 0.0)))
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
 
 
 def _brief_closed(m: dict[str, Any]) -> str:

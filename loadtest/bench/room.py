@@ -22,7 +22,7 @@ import dataclasses
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -32,7 +32,7 @@ from gateway.auth import sign_token
 from kernel.settings import Settings
 from loadtest.bench import results as store
 from loadtest.bench import servers
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Measured
 from loadtest.bench.report import fmt
 from loadtest.constants import BENCH_PORTS
@@ -93,8 +93,8 @@ def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
 
 @dataclass(frozen=True)
 class RoomOptions:
-    seconds: float = field(default=5.0, metadata={"help": "seconds per round"})
-    connections: int = field(default=64, metadata={"help": "wrk connections"})
+    seconds: float = option(5.0, "seconds per round")
+    connections: int = option(64, "wrk connections")
 
 
 PATHS = ("sold out", "poll", "join")

@@ -33,7 +33,7 @@ from loadtest.bench import (
     writer_load,
 )
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, floats, option
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.bench.report import http as report_http
 from loadtest.bench.report import pipeline as report_pipeline
@@ -88,36 +88,32 @@ def options_of(args: argparse.Namespace, spec: Spec) -> Any:
     return spec.options(**{**given, **(spec.quick if args.quick else {})})
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class OpenOptions:
-    fractions: str = field(default="0.5,0.9", metadata=_help("of the gateway's closed-loop max"))
-    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
-    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
+    fractions: str = option("0.5,0.9", "of the gateway's closed-loop max")
+    soldout_max: float = option(0.0, "req/s (0: the closed section's)")
+    reserve_max: float = option(0.0, "req/s (0: the closed section's)")
 
 
 @dataclass(frozen=True)
 class SpikeOptions:
-    units: int = field(default=10_000, metadata=_help("stock of the spike's item"))
-    buyers: int = field(default=200_000, metadata=_help("distinct buyers, each once"))
-    shards: int = field(default=8, metadata=_help("shards of the item"))
-    connections: int = field(default=256, metadata=_help("wrk connections"))
+    units: int = option(10_000, "stock of the spike's item")
+    buyers: int = option(200_000, "distinct buyers, each once")
+    shards: int = option(8, "shards of the item")
+    connections: int = option(256, "wrk connections")
 
 
 @dataclass(frozen=True)
 class WriterOptions:
-    orders: int = field(default=20_000, metadata=_help("orders per writer run"))
-    orders_at_1: int = field(default=2_000, metadata=_help("orders at batch 1 (it drains slowly)"))
+    orders: int = option(20_000, "orders per writer run")
+    orders_at_1: int = option(2_000, "orders at batch 1 (it drains slowly)")
 
 
 @dataclass(frozen=True)
 class TechniquesOptions:
-    clients: str = field(default="1,8,64", metadata=_help("concurrent clients, levels"))
-    attempts: int = field(default=techniques.ATTEMPTS, metadata=_help("attempts per trial"))
-    units: int = field(default=techniques.UNITS, metadata=_help("stock of the contended item"))
+    clients: str = option("1,8,64", "concurrent clients, levels")
+    attempts: int = option(techniques.ATTEMPTS, "attempts per trial")
+    units: int = option(techniques.UNITS, "stock of the contended item")
 
 
 def _http_settings(ctx: Context) -> dict[str, Any]:
@@ -167,7 +163,7 @@ def run_open(ctx: Context, args: OpenOptions, rec: store.Recorder) -> dict[str, 
         basis.append("maxima set on the command line")
     if closed:
         basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
-    fractions = [float(f) for f in args.fractions.split(",") if f]
+    fractions = floats(args.fractions)
     rates = phases.open_rates(maxima, fractions)
     if not rates:
         print("[open loop] skipped: no closed-loop maximum (run the closed section first)")

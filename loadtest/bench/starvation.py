@@ -16,13 +16,13 @@ import dataclasses
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flashsale.fleet.haproxy import Edge
 from kernel.fd_limit import raise_open_files_limit
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Harness
 from loadtest.bench.overload import peak_rss_mb, rss_cell
 from loadtest.bench.report import fmt
@@ -97,11 +97,11 @@ def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 @dataclass(frozen=True)
 class StarvationOptions:
-    rate: float = field(default=1000.0, metadata={"help": "purchases per second"})
-    seconds: float = field(default=10.0, metadata={"help": "measured seconds per run"})
-    silent: int = field(default=10_000, metadata={"help": "silent attack sockets"})
-    slowloris: int = field(default=1_000, metadata={"help": "slowloris attack sockets"})
-    entry: str = field(default="balancer", metadata={"help": "balancer (haproxy) or gateway"})
+    rate: float = option(1000.0, "purchases per second")
+    seconds: float = option(10.0, "measured seconds per run")
+    silent: int = option(10_000, "silent attack sockets")
+    slowloris: int = option(1_000, "slowloris attack sockets")
+    entry: str = option("balancer", "balancer (haproxy) or gateway")
 
     def __post_init__(self) -> None:
         if self.entry not in ("balancer", "gateway"):

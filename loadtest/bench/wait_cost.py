@@ -17,7 +17,7 @@ import dataclasses
 import statistics
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -25,7 +25,7 @@ import uvloop
 from kernel.events import OrderPlaced, encode
 from kernel.settings import Settings
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Measured
 from loadtest.bench.report import fmt
 from loadtest.measure import latency
@@ -83,9 +83,9 @@ async def _round(
 
 @dataclass(frozen=True)
 class WaitOptions:
-    concurrency: str = field(default="1,16,256", metadata={"help": "concurrent callers, levels"})
-    seconds: float = field(default=3.0, metadata={"help": "length of one round"})
-    shards: int = field(default=6, metadata={"help": "shards of the item"})
+    concurrency: str = option("1,16,256", "concurrent callers, levels")
+    seconds: float = option(3.0, "length of one round")
+    shards: int = option(6, "shards of the item")
 
 
 def measure(ctx: Context, opts: WaitOptions, rec: store.Recorder) -> dict[str, Any]:
