@@ -42,7 +42,7 @@ from loadtest.bench import sale, servers, topics
 from loadtest.bench.context import Context, floats, option
 from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.bench.report import fmt
-from loadtest.bench.stats import figure, paired_ratio, select
+from loadtest.bench.stats import Run, figure, paired_ratio, select
 from loadtest.generators import openloop, tokens, wrk
 from loadtest.generators import vegeta as vegeta_gen
 from loadtest.measure import cpu, stamps
@@ -78,26 +78,6 @@ CONNECTIONS = 256
 # Between the benchmark's range and the voucher benchmark's port (loadtest/constants.py), so a
 # run beside ``python -m loadtest.bench`` does not take its ports.
 PORTS = range(18300, 18390)
-
-
-def vegeta(
-    core: int,
-    binary: str,
-    workdir: Path,
-    targets: Path | None,
-    url: str,
-    rate: float,
-    seconds: float,
-    warmup_s: float,
-) -> dict[str, Any]:
-    """One vegeta attack pinned to the load core, at most CONNECTIONS connections."""
-    results = workdir / "vegeta.bin"
-    attack = vegeta_gen.start(
-        binary, url, rate=rate, seconds=seconds + warmup_s, core=core,
-        connections=CONNECTIONS, results=results, target_file=targets,
-    )  # fmt: skip
-    hits = vegeta_gen.finish(binary, attack, results, seconds + warmup_s + 90)
-    return vegeta_gen.summary(hits, rate, int(rate * warmup_s))
 
 
 class Bench:
@@ -238,25 +218,35 @@ class Bench:
         self, tool: str, url: str, rate: float, token_file: Path, count: int
     ) -> tuple[dict[str, Any], int]:
         """One open-loop run with ``tool``: its figures and how many requests it answered."""
-        o = self.opts
         if tool == "openloop":
-            m = openloop.measure(
-                url, rate=rate, duration_s=o.duration, warmup_s=1,
-                connections=CONNECTIONS, core=self.load_core, tokens=token_file,
-                timeout_s=o.duration + 150,
-            )  # fmt: skip
+            m = self._openloop(url, rate, token_file)
             fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
             fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
             fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
-            answers = m["answered_total"]
-        else:
-            lines = token_file.read_bytes().split(b"\n")[:count]
-            targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-            fig = vegeta(
-                self.load_core, o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1
-            )
-            answers = int(rate * (o.duration + 1))
-        return fig, answers
+            return fig, m["answered_total"]
+        lines = token_file.read_bytes().split(b"\n")[:count]
+        targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
+        return self._vegeta(url, rate, targets), int(rate * (self.opts.duration + 1))
+
+    def _openloop(self, url: str, rate: float, tokens: Path | None = None) -> dict[str, Any]:
+        """The project's generator: 1 s of warm-up, then the run, pinned to the load core."""
+        o = self.opts
+        return openloop.measure(
+            url, rate=rate, duration_s=o.duration, warmup_s=1, connections=CONNECTIONS,
+            core=self.load_core, tokens=tokens, timeout_s=o.duration + 150,
+        )  # fmt: skip
+
+    def _vegeta(self, url: str, rate: float, targets: Path | None = None) -> dict[str, Any]:
+        """vegeta, the same way: one attack of 1 s of warm-up and the run, pinned to the load
+        core, at most CONNECTIONS connections; its figures."""
+        binary, seconds = self.opts.vegeta_bin, self.opts.duration + 1
+        results = self.workdir / "vegeta.bin"
+        attack = vegeta_gen.start(
+            binary, url, rate=rate, seconds=seconds, core=self.load_core,
+            connections=CONNECTIONS, results=results, target_file=targets,
+        )  # fmt: skip
+        hits = vegeta_gen.finish(binary, attack, results, seconds + 90)
+        return vegeta_gen.summary(hits, rate, int(rate))
 
     def ceilings(self, rate: float) -> list[dict[str, Any]]:
         """Each generator against nginx ``return 410`` at ``rate``: can it offer it?"""
@@ -267,22 +257,10 @@ class Bench:
         with servers.running(
             "nginx-speed", argv, http_ready(url, 410), self.workdir, self.server_core
         ):
-            m = openloop.measure(
-                url, rate=rate, duration_s=self.opts.duration, warmup_s=1,
-                connections=CONNECTIONS, core=self.load_core, timeout_s=self.opts.duration + 150,
-            )  # fmt: skip
+            m = self._openloop(url, rate)
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
             if self.opts.vegeta_bin:
-                v = vegeta(
-                    self.load_core,
-                    self.opts.vegeta_bin,
-                    self.workdir,
-                    None,
-                    url,
-                    rate,
-                    self.opts.duration,
-                    1,
-                )
+                v = self._vegeta(url, rate)
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
             print(f"[ceiling] {row}", flush=True)
@@ -385,9 +363,6 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
     }
 
 
-STAGE_FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
-
-
 def _latency(m: dict[str, Any], key: str) -> float:
     """The project generator's ``p99_ms``, or vegeta's from the intended send time."""
     return float(m.get(f"{key}_ms", m.get(f"{key}_ms_intended", 0.0)))
@@ -403,12 +378,27 @@ def _brief_closed(m: dict[str, Any]) -> str:
 # --- its part of bench.md ---------------------------------------------------------------------
 
 
+def _closed_row(mine: list[Run], base: list[Run], name: str) -> list[str]:
+    return [
+        name,
+        fmt.spread(figure(mine, "rps")),
+        fmt.ratio(paired_ratio(mine, base, "rps")),
+        fmt.spread(figure(mine, "cpu_us_per_202"), fmt.ms),
+        fmt.spread(figure(mine, "p99_ms"), fmt.ms),
+        fmt.spread(figure(mine, "load_core_busy"), fmt.pct),
+    ]
+
+
 def render(data: store.Section) -> list[str]:
     runs = [r for r in data["runs"] if r["metrics"]]
     s = data["settings"]
     names = [t["name"] for t in s["trees"]] + (["naive"] if s.get("naive") else [])
     closed = [r for r in runs if r["scenario"] == "closed"]
     base = names[0]
+
+    def of(name: str) -> list[Run]:
+        return select(closed, SECTION, "closed", name)
+
     shown = ", ".join(f"`{t['name']}` ({t['root']})" for t in s["trees"])
     out = [
         "## The reserve path, code trees side by side",
@@ -421,28 +411,8 @@ def render(data: store.Section) -> list[str]:
         "",
         *fmt.table(
             ["tree", "closed req/s", f"÷ {base}", "CPU µs per 202", "p99 ms", "load core busy"],
-            [
-                [
-                    name,
-                    fmt.spread(figure(select(closed, SECTION, "closed", name), "rps")),
-                    fmt.ratio(
-                        paired_ratio(
-                            select(closed, SECTION, "closed", name),
-                            select(closed, SECTION, "closed", base),
-                            "rps",
-                        )
-                    ),
-                    fmt.spread(
-                        figure(select(closed, SECTION, "closed", name), "cpu_us_per_202"), fmt.ms
-                    ),
-                    fmt.spread(figure(select(closed, SECTION, "closed", name), "p99_ms"), fmt.ms),
-                    fmt.spread(
-                        figure(select(closed, SECTION, "closed", name), "load_core_busy"), fmt.pct
-                    ),
-                ]
-                for name in names
-            ],
-        ),  # fmt: skip
+            [_closed_row(of(name), of(base), name) for name in names],
+        ),
     ]
     opened = [r for r in runs if r["scenario"].startswith("open@")]
     if opened:
