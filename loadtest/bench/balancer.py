@@ -31,9 +31,10 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 from flashsale.fleet import fleet, haproxy
@@ -281,57 +282,36 @@ def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[st
         reserve_connections=args.reserve_connections, open_connections=256,
     )  # fmt: skip
     b = Bench(cfg, h, args)
+
+    def steps(
+        scenario: str,
+        run: Callable[[str], Measured],
+        subjects: Sequence[str] = SUBJECTS,
+        only: Collection[str] | None = None,
+    ) -> None:
+        """Every repeat of the scenario (if its part is measured now), the subjects rotated (the
+        ones in ``only``, if given): a step each."""
+        for repeat in range(repeats if _part(scenario) in parts else 0):
+            for subject in store.rotate(subjects, repeat):
+                if only is None or subject in only:
+                    where = (scenario, subject, repeat)
+                    rec.step(
+                        f"{scenario} {subject} #{repeat + 1}", where, partial(run, subject), _say
+                    )
+
+    f = args.fraction
     try:
         h.set_up_sale()
-        for repeat in range(repeats if "closed" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                rec.step(
-                    f"closed {subject} #{repeat + 1}",
-                    ("closed", subject, repeat),
-                    lambda s=subject: b.closed(s),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if "open" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                top = _median(rec.runs, "closed", subject, "rps")
-                if top is None:
-                    continue
-                rec.step(
-                    f"open {subject} @{args.fraction:g} #{repeat + 1}",
-                    (f"open@{args.fraction:g}", subject, repeat),
-                    lambda s=subject, r=top * args.fraction: b.open(s, r),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if args.same_rate and "same" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                rec.step(
-                    f"open {subject} at {args.same_rate:g} req/s #{repeat + 1}",
-                    ("open-same", subject, repeat),
-                    lambda s=subject: b.open(s, args.same_rate),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if "reserve" in parts else 0):
-            rec.step(
-                f"reserve closed #{repeat + 1}",
-                ("reserve", "gateway", repeat),
-                lambda: h.closed_reserve("gateway"),
-                _say,
-            )
-        top = _median(rec.runs, "reserve", "gateway", "rps")
-        for repeat in range(repeats if top and "reserve" in parts else 0):
-            rec.step(
-                f"reserve open @{args.fraction:g} #{repeat + 1}",
-                (f"reserve-open@{args.fraction:g}", "gateway", repeat),
-                lambda: h.open_reserve("gateway", (top or 0) * args.fraction),
-                _say,
-            )
-        for repeat in range(repeats if args.fleet and "fleet" in parts else 0):
-            rec.step(
-                f"fleet of 2, mixed #{repeat + 1}",
-                ("fleet", "fleet2", repeat),
-                b.fleet_mix,
-                _say,
-            )
+        steps("closed", b.closed)
+        tops = {s: t for s in SUBJECTS if (t := _median(rec.runs, "closed", s, "rps")) is not None}
+        steps(f"open@{f:g}", lambda s: b.open(s, tops[s] * f), only=tops)
+        if args.same_rate:
+            steps("open-same", lambda s: b.open(s, args.same_rate))
+        steps("reserve", h.closed_reserve, ["gateway"])
+        if top := _median(rec.runs, "reserve", "gateway", "rps"):
+            steps(f"reserve-open@{f:g}", lambda s: h.open_reserve(s, top * f), ["gateway"])
+        if args.fleet:
+            steps("fleet", lambda _: b.fleet_mix(), ["fleet2"])
     finally:
         for item in b.extra_items:
             h.shards.drop(item)
