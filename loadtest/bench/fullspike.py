@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ import psycopg
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import sale, servers
+from loadtest.bench.context import Context, option
+from loadtest.bench.results import Recorder
 from loadtest.bench.topics import own_topics
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
@@ -272,3 +275,44 @@ def _problems(m: dict[str, Any], plan: Plan, all_answered: bool, clock: CommitCl
     if m["redis_stock_left"] != 0:
         problems.append(f"{m['redis_stock_left']} units left on the shards in Redis")
     return problems
+
+
+@dataclass(frozen=True)
+class SpikeOptions:
+    units: int = option(10_000, "stock of the spike's item")
+    buyers: int = option(200_000, "distinct buyers, each once")
+    shards: int = option(8, "shards of the item")
+    connections: int = option(256, "wrk connections")
+
+
+def measure(ctx: Context, a: SpikeOptions, rec: Recorder) -> dict[str, Any]:
+    o, repeats = ctx.opts, ctx.args.repeats
+    plan = Plan(
+        units=a.units,
+        shards=a.shards,
+        buyers=a.buyers,
+        connections=a.connections,
+        server_core=o.server_core,
+        load_core=o.load_core,
+        writer_cores=o.all_cores,
+        timeout_s=max(120.0, a.buyers / 500),
+    )
+    buyers = tokens.BuyerIds()
+    for r in range(repeats):
+        print(f"[spike] repeat {r + 1}/{repeats}", flush=True)
+        rec.step(
+            f"{plan.buyers:,} buyers for {plan.units:,} units",
+            ("spike", "gateway", r),
+            partial(run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, buyers),
+            _spike_summary,
+        )
+    return {**settings(plan), "repeats": repeats}
+
+
+def _spike_summary(m: dict[str, Any]) -> str:
+    last = m.get("first_purchase_to_last_commit_s")
+    drained = f"{last:.2f} s first purchase → last commit" if last else "writer did not drain"
+    sellout = m["sellout_s"] or 0.0
+    return (
+        f"{m['rps']:,.0f} req/s, p99 {m['p99_ms']:.1f} ms, sold out in {sellout:.2f} s, {drained}"
+    )

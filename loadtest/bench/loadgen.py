@@ -18,9 +18,11 @@ from typing import Any
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import servers
+from loadtest.bench.context import Context
 from loadtest.bench.results import Recorder, rotate
-from loadtest.constants import LOCUST_PROBE
+from loadtest.constants import BENCH_PORTS, LOCUST_PROBE
 from loadtest.generators.openloop import measure as measure_openloop
+from rig.ports import free_port
 
 LOCUST_USERS = 64
 OPENLOOP_OFFERED = 30_000.0
@@ -95,20 +97,14 @@ def summary(m: dict[str, Any]) -> str:
     return f"{m['rps']:,.0f} req/s from one process"
 
 
-def run(
-    rec: Recorder,
-    repeats: int,
-    duration_s: float,
-    nginx_port: int,
-    cores: tuple[int, int],
-    workdir: Path,
-    log_dir: Path,
-) -> dict[str, Any]:
-    server_core, load_core = cores
+def measure(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    o, repeats, duration_s, workdir = ctx.opts, ctx.args.repeats, ctx.opts.duration_s, ctx.workdir
+    server_core, load_core = o.server_core, o.load_core
+    nginx_port = free_port(set(), BENCH_PORTS)
     url = f"http://127.0.0.1:{nginx_port}"
     argv = servers.nginx_argv(nginx_port, workdir / "nginx-loadgen")
     ready = servers.http_ready(f"{url}/", 410)
-    with servers.running("nginx-loadgen", argv, ready, log_dir, server_core):
+    with servers.running("nginx-loadgen", argv, ready, ctx.log_dir, server_core):
         for r in range(repeats):
             print(f"[loadgen] repeat {r + 1}/{repeats}", flush=True)
             for tool in rotate(TOOLS, r):
@@ -132,4 +128,5 @@ def run(
         f" -f {LOCUST_PROBE.relative_to(PROJECT_ROOT)}"
         f" --headless -u {LOCUST_USERS} -r {LOCUST_USERS} -t {max(1, round(duration_s))}s"
         " --host <nginx return 410>",
+        "repeats": repeats,
     }

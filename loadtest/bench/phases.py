@@ -11,12 +11,15 @@ the subjects rotated every repeat so drift does not always hit the same one.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from loadtest.bench import redisbench
-from loadtest.bench.harness import Harness, Measured
-from loadtest.bench.results import Recorder, Summarize, rotate
+from loadtest.bench.context import Context, floats, option
+from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured
+from loadtest.bench.results import Recorder, Summarize, rotate, runs_of
+from loadtest.bench.sale import RESERVE_SHARDS, RESERVE_STOCK
 from loadtest.bench.stats import figure, select
 
 SOLD_OUT_SUBJECTS = ("gateway", "bare_asgi", "nginx")
@@ -57,7 +60,7 @@ def _repeat(
             rec.step(label, where, measure, summarize)
 
 
-def closed(h: Harness, rec: Recorder, repeats: int) -> None:
+def _closed(h: Harness, rec: Recorder, repeats: int) -> None:
     def steps(r: int) -> Iterator[Step]:
         for subject in rotate(SOLD_OUT_SUBJECTS, r):
             label = f"(a) sold-out  {subject:<9}"
@@ -69,7 +72,7 @@ def closed(h: Harness, rec: Recorder, repeats: int) -> None:
     _repeat(rec, "closed loop", repeats, steps)
 
 
-def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
+def _redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
     """Returns the names of the nodes measured."""
     port = redisbench.stack_primary([int(n.rsplit(":", 1)[1]) for n in h.cfg.redis_nodes])
     stack = redisbench.Node(f"cluster node :{port} (stack)", port, cluster=True)
@@ -116,7 +119,7 @@ def open_rates(maxima: dict[str, float], fractions: Sequence[float]) -> dict[str
     }
 
 
-def open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str, float]]) -> None:
+def _open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str, float]]) -> None:
     def steps(r: int) -> Iterator[Step]:
         for key, plan in rates.items():
             scenario = key.split("@", 1)[0]
@@ -130,7 +133,7 @@ def open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str
     _repeat(rec, "open loop", repeats, steps)
 
 
-def scaling(h: Harness, rec: Recorder, repeats: int) -> None:
+def _scaling(h: Harness, rec: Recorder, repeats: int) -> None:
     def steps(r: int) -> Iterator[Step]:
         for scenario, path in (("sold_out", "sold-out"), ("reserve", "reserve ")):
             measure = h.closed_sold_out if scenario == "sold_out" else h.closed_reserve
@@ -139,3 +142,77 @@ def scaling(h: Harness, rec: Recorder, repeats: int) -> None:
                 yield label, (scenario, where, r), partial(measure, "gateway", workers)
 
     _repeat(rec, "scaling", repeats, steps)
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    fractions: str = option("0.5,0.9", "of the gateway's closed-loop max")
+    soldout_max: float = option(0.0, "req/s (0: the closed section's)")
+    reserve_max: float = option(0.0, "req/s (0: the closed section's)")
+
+
+def _http_settings(ctx: Context) -> dict[str, Any]:
+    o = ctx.opts
+    return {
+        "duration_s": o.duration_s,
+        "repeats": ctx.args.repeats,
+        "warmup_s": o.warmup_s,
+        "server_core": o.server_core,
+        "load_core": o.load_core,
+        "all_cores": o.all_cores,
+        "soldout_connections": o.soldout_connections,
+        "reserve_connections": o.reserve_connections,
+        "reserve_stock": RESERVE_STOCK,
+        "reserve_shards": RESERVE_SHARDS,
+        "gateway_env": GATEWAY_ENV,
+    }
+
+
+def closed(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    _closed(ctx.harness(), rec, ctx.args.repeats)
+    return _http_settings(ctx)
+
+
+def redis(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    nodes = _redis(ctx.harness(with_sale=False), rec, ctx.args.repeats)
+    o = ctx.opts
+    return {
+        "repeats": ctx.args.repeats,
+        "redis_clients": o.redis_clients,
+        "redis_calls": o.redis_calls,
+        "redis_random_range": redisbench.RANDOM_RANGE,
+        "redis_nodes": nodes,
+        "load_core": o.load_core,
+    }
+
+
+def open_loop(ctx: Context, args: OpenOptions, rec: Recorder) -> dict[str, Any]:
+    closed = runs_of(ctx.results, "closed")
+    maxima: dict[str, float] = {}
+    basis = []
+    for scenario, given in (("sold_out", args.soldout_max), ("reserve", args.reserve_max)):
+        found = given or gateway_max(closed, scenario)
+        if found:
+            maxima[scenario] = found
+    if args.soldout_max or args.reserve_max:
+        basis.append("maxima set on the command line")
+    if closed:
+        basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
+    fractions = floats(args.fractions)
+    rates = open_rates(maxima, fractions)
+    if not rates:
+        print("[open loop] skipped: no closed-loop maximum (run the closed section first)")
+    _open_loop(ctx.harness(), rec, ctx.args.repeats, rates)
+    return {
+        **_http_settings(ctx),
+        "open_connections": ctx.opts.open_connections,
+        "open_warmup_s": ctx.opts.open_warmup_s,
+        "fractions": fractions,
+        "open_rates": rates,
+        "max_basis": "; ".join(basis) or "none",
+    }
+
+
+def scaling(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    _scaling(ctx.harness(), rec, ctx.args.repeats)
+    return {**_http_settings(ctx), "workers": list(SCALING_WORKERS)}

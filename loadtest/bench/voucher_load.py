@@ -32,6 +32,7 @@ import asyncpg
 
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import Settings, settings
+from loadtest.bench.context import Context
 from loadtest.bench.results import Recorder
 from loadtest.bench.topics import scratch_topics
 from loadtest.constants import VOUCHER_BENCH_PORT
@@ -180,7 +181,8 @@ def _child() -> dict[str, Any]:
     return report
 
 
-def section(rec: Recorder, repeats: int) -> dict[str, Any]:
+def section(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    repeats = ctx.args.repeats
     command = f".venv/bin/python -m {MODULE}"
     about: dict[str, Any] = {}
     for r in range(repeats):
@@ -206,7 +208,7 @@ def section(rec: Recorder, repeats: int) -> dict[str, Any]:
             f" ratio {report['ratio']} ({took:.0f} s)",
             flush=True,
         )
-    return {"tool_command": command, **about}
+    return {"tool_command": command, **about, "repeats": repeats}
 
 
 def main() -> None:

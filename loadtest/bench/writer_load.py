@@ -31,6 +31,7 @@ from confluent_kafka import Producer
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings, settings
+from loadtest.bench.context import Context, option
 from loadtest.bench.results import Recorder, rotate
 from loadtest.bench.topics import scratch_topics
 from loadtest.measure import child
@@ -131,6 +132,12 @@ async def bench(
     return [dataclasses.replace(r, ratio_to_batch_1=r.orders_per_s / base) for r in results]
 
 
+@dataclass(frozen=True)
+class WriterOptions:
+    orders: int = option(20_000, "orders per writer run")
+    orders_at_1: int = option(2_000, "orders at batch 1 (it drains slowly)")
+
+
 def child_argv(batch_sizes: Sequence[int], orders: int, orders_at_1: int) -> list[str]:
     return [
         sys.executable,
@@ -151,8 +158,9 @@ def command(orders: int, orders_at_1: int) -> str:
     return " ".join([".venv/bin/python", *shown[1:]])
 
 
-def section(rec: Recorder, repeats: int, orders: int, orders_at_1: int) -> dict[str, Any]:
+def section(ctx: Context, a: WriterOptions, rec: Recorder) -> dict[str, Any]:
     """Every repeat runs the batch sizes in a rotated order; returns the section's settings."""
+    repeats, orders, orders_at_1 = ctx.args.repeats, a.orders, a.orders_at_1
     about: dict[str, Any] = {}
     for r in range(repeats):
         sizes = rotate(BATCH_SIZES, r)
@@ -179,6 +187,7 @@ def section(rec: Recorder, repeats: int, orders: int, orders_at_1: int) -> dict[
         "orders_at_1": orders_at_1,
         "writer_bench": about,
         "tool_command": command(orders, orders_at_1),
+        "repeats": repeats,
     }
 
 
