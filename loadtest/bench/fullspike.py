@@ -277,8 +277,10 @@ def _problems(m: dict[str, Any], plan: Plan, all_answered: bool, clock: CommitCl
     return problems
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpikeOptions:
+    """The sale and the crowd (``--spike-*``); the cores are the harness's."""
+
     units: int = option(10_000, "stock of the spike's item")
     buyers: int = option(200_000, "distinct buyers, each once")
     shards: int = option(8, "shards of the item")
@@ -288,15 +290,9 @@ class SpikeOptions:
 def measure(ctx: Context, a: SpikeOptions, rec: Recorder) -> dict[str, Any]:
     o, repeats = ctx.opts, ctx.args.repeats
     plan = Plan(
-        units=a.units,
-        shards=a.shards,
-        buyers=a.buyers,
-        connections=a.connections,
-        server_core=o.server_core,
-        load_core=o.load_core,
-        writer_cores=o.all_cores,
-        timeout_s=max(120.0, a.buyers / 500),
-    )
+        **dataclasses.asdict(a), server_core=o.server_core, load_core=o.load_core,
+        writer_cores=o.all_cores, timeout_s=max(120.0, a.buyers / 500),
+    )  # fmt: skip
     buyers = tokens.BuyerIds()
     for r in range(repeats):
         print(f"[spike] repeat {r + 1}/{repeats}", flush=True)
