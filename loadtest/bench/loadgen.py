@@ -33,23 +33,10 @@ TOOLS = ("locust", "openloop")
 def locust(url: str, duration_s: float, core: int, workdir: Path) -> dict[str, Any]:
     prefix = workdir / "locust-probe"
     argv = [
-        str(Path(sys.executable).with_name("locust")),
-        "-f",
-        str(LOCUST_PROBE),
-        "--headless",
-        "-u",
-        str(LOCUST_USERS),
-        "-r",
-        str(LOCUST_USERS),
-        "-t",
-        f"{max(1, round(duration_s))}s",
-        "--host",
-        url,
-        "--csv",
-        str(prefix),
-        "--only-summary",
-        "--skip-log",
-    ]
+        str(Path(sys.executable).with_name("locust")), "-f", str(LOCUST_PROBE), "--headless",
+        "-u", str(LOCUST_USERS), "-r", str(LOCUST_USERS), "-t", f"{max(1, round(duration_s))}s",
+        "--host", url, "--csv", str(prefix), "--only-summary", "--skip-log",
+    ]  # fmt: skip
     done = subprocess.run(
         servers.pinned(core, argv),
         cwd=workdir,

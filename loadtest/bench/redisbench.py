@@ -89,28 +89,11 @@ def run(node: Node, pipeline: int, calls: int, clients: int, core: int) -> dict[
             raise RuntimeError(f"reserve script probe returned {probe!r}")
         payload = encode(OrderPlaced("0" * 36, 1, 1, 0, 0, 1_700_000_000_000, 1_700_000_600_000))
         argv = [
-            "redis-benchmark",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(node.port),
-            "-n",
-            str(calls),
-            "-c",
-            str(clients),
-            "-P",
-            str(pipeline),
-            "-r",
-            str(RANDOM_RANGE),
-            "--csv",
-            "EVALSHA",
-            RESERVE.sha,
-            "4",
-            *keys,
-            "__rand_int__",
-            "order-__rand_int__",
+            "redis-benchmark", "-h", "127.0.0.1", "-p", str(node.port), "-n", str(calls),
+            "-c", str(clients), "-P", str(pipeline), "-r", str(RANDOM_RANGE), "--csv",
+            "EVALSHA", RESERVE.sha, "4", *keys, "__rand_int__", "order-__rand_int__",
             payload.decode(),
-        ]
+        ]  # fmt: skip
         try:
             done = subprocess.run(
                 pinned(core, argv), capture_output=True, text=True, timeout=600, check=False

@@ -153,18 +153,10 @@ async def run_all(
 
 def argv(names: Sequence[str], clients: Sequence[int], attempts: int, units: int) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "loadtest.bench.techniques",
-        "--only",
-        ",".join(names),
-        "--clients",
-        ",".join(str(c) for c in clients),
-        "--attempts",
-        str(attempts),
-        "--units",
-        str(units),
-    ]
+        sys.executable, "-m", "loadtest.bench.techniques", "--only", ",".join(names),
+        "--clients", ",".join(str(c) for c in clients), "--attempts", str(attempts),
+        "--units", str(units),
+    ]  # fmt: skip
 
 
 @dataclass(frozen=True)

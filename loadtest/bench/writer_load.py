@@ -140,17 +140,10 @@ class WriterOptions:
 
 def child_argv(batch_sizes: Sequence[int], orders: int, orders_at_1: int) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "loadtest.bench.writer_load",
-        "--batch-sizes",
-        ",".join(str(b) for b in batch_sizes),
-        "--orders",
-        str(orders),
-        "--orders-at-1",
-        str(orders_at_1),
-        "--json",
-    ]
+        sys.executable, "-m", "loadtest.bench.writer_load",
+        "--batch-sizes", ",".join(str(b) for b in batch_sizes), "--orders", str(orders),
+        "--orders-at-1", str(orders_at_1), "--json",
+    ]  # fmt: skip
 
 
 def command(orders: int, orders_at_1: int) -> str:

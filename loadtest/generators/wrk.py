@@ -55,17 +55,9 @@ def run(
         script = SCRIPTS / "get.lua"
         headers = [f"-H{name}: {value}" for name, value in get_headers.items()]
     argv = [
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{max(1, round(duration_s))}s",
-        f"--timeout={TIMEOUT_S}s",
-        "--latency",
-        *headers,
-        "-s",
-        str(script),
-        url,
-    ]
+        "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration_s))}s",
+        f"--timeout={TIMEOUT_S}s", "--latency", *headers, "-s", str(script), url,
+    ]  # fmt: skip
     if tokens:
         path, first, count = tokens
         argv += ["--", str(path), str(first), str(count), str(threads)]

@@ -80,18 +80,8 @@ def client_hosts(cfg: Settings, count: int) -> Iterator[list[Host]]:
 
 
 def locust_argv(host: Host, *args: str) -> list[str]:
-    return [
-        "ip",
-        "netns",
-        "exec",
-        host.netns,
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        *args,
-    ]
+    locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    return ["ip", "netns", "exec", host.netns, *locust, *args]
 
 
 def master_argv(
