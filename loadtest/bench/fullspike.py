@@ -293,15 +293,9 @@ def measure(ctx: Context, a: SpikeOptions, rec: Recorder) -> dict[str, Any]:
         **dataclasses.asdict(a), server_core=o.server_core, load_core=o.load_core,
         writer_cores=o.all_cores, timeout_s=max(120.0, a.buyers / 500),
     )  # fmt: skip
-    buyers = tokens.BuyerIds()
-    for r in range(repeats):
-        print(f"[spike] repeat {r + 1}/{repeats}", flush=True)
-        rec.step(
-            f"{plan.buyers:,} buyers for {plan.units:,} units",
-            ("spike", "gateway", r),
-            partial(run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, buyers),
-            _spike_summary,
-        )
+    run = partial(run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, tokens.BuyerIds())
+    label = f"{plan.buyers:,} buyers for {plan.units:,} units"
+    rec.repeats("spike", repeats, lambda r: [(label, ("spike", "gateway", r), run)], _spike_summary)
     return {**settings(plan), "repeats": repeats}
 
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import servers
 from loadtest.bench.context import Context
-from loadtest.bench.results import Recorder, rotate
+from loadtest.bench.results import Recorder, Step, rotate
 from loadtest.constants import BENCH_PORTS, LOCUST_PROBE
 from loadtest.generators.openloop import measure as measure_openloop
 from rig.ports import free_port
@@ -91,19 +93,19 @@ def measure(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
     url = f"http://127.0.0.1:{nginx_port}"
     argv = servers.nginx_argv(nginx_port, workdir / "nginx-loadgen")
     ready = servers.http_ready(f"{url}/", 410)
+
+    def ceiling(tool: str) -> tuple[dict[str, Any], list[str]]:
+        if tool == "locust":
+            m = locust(url, duration_s, load_core, workdir)
+            return m, [f"{m['failures']} failures"] if m["failures"] else []
+        return openloop(url, duration_s, load_core), []
+
+    def steps(r: int) -> Iterator[Step]:
+        for tool in rotate(TOOLS, r):
+            yield f"{tool:<8} against nginx", ("ceiling", tool, r), partial(ceiling, tool)
+
     with servers.running("nginx-loadgen", argv, ready, ctx.log_dir, server_core):
-        for r in range(repeats):
-            print(f"[loadgen] repeat {r + 1}/{repeats}", flush=True)
-            for tool in rotate(TOOLS, r):
-
-                def measure(tool: str = tool) -> tuple[dict[str, Any], list[str]]:
-                    if tool == "locust":
-                        m = locust(url, duration_s, load_core, workdir)
-                        return m, [f"{m['failures']} failures"] if m["failures"] else []
-                    m = openloop(url, duration_s, load_core)
-                    return m, []
-
-                rec.step(f"{tool:<8} against nginx", ("ceiling", tool, r), measure, summary)
+        rec.repeats("loadgen", repeats, steps, summary)
     return {
         "duration_s": duration_s,
         "locust_users": LOCUST_USERS,
