@@ -36,14 +36,14 @@ import httpx
 
 from flashsale import stack
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.settings import PROJECT_ROOT
 from loadtest.bench import results as store
 from loadtest.bench import sale, servers, topics
 from loadtest.bench.context import Context, floats, option
-from loadtest.bench.harness import GATEWAY_ENV
+from loadtest.bench.harness import GATEWAY_ENV, Harness
 from loadtest.bench.report import fmt
 from loadtest.bench.stats import Run, figure, paired_ratio, select
-from loadtest.generators import openloop, tokens, wrk
+from loadtest.generators import openloop, wrk
 from loadtest.generators import vegeta as vegeta_gen
 from loadtest.measure import cpu, stamps
 from loadtest.measure import trees as trees_mod
@@ -81,20 +81,17 @@ PORTS = range(18300, 18390)
 
 
 class Bench:
-    def __init__(
-        self, cfg: Settings, opts: SpeedOptions, workdir: Path, cores: tuple[int, int]
-    ) -> None:
-        self.cfg = cfg
-        self.server_core, self.load_core = cores
+    """The trees' gateways on a port of the section's own; the sale, buyers, token files and
+    shard keys are the harness's."""
+
+    def __init__(self, h: Harness, opts: SpeedOptions) -> None:
+        self.h, self.cfg, self.workdir, self.shards = h, h.cfg, h.workdir, h.shards
+        self.server_core, self.load_core = h.opts.server_core, h.opts.load_core
         self.opts = opts
         self.profile_now = opts.profile > 0
-        self.workdir = workdir
-        self.buyers = tokens.BuyerIds()
         self.taken: set[int] = set()
         self.port = free_port(self.taken, PORTS)
-        self.shards = sale.Shards(cfg)
         self.env: dict[str, str] = {}
-        self.made: sale.BenchSale | None = None
         self.open_runs = 0
 
     @contextmanager
@@ -123,23 +120,20 @@ class Bench:
         )
 
     def item(self, tree: Tree | None) -> sale.Item:
-        assert self.made is not None
-        return self.made.naive if tree is None else self.made.gateway
+        made = self.h.made_sale()
+        return made.naive if tree is None else made.gateway
 
     def url(self, tree: Tree | None) -> str:
         return f"http://127.0.0.1:{self.port}{self.item(tree).path}"
-
-    def token_file(self, name: str, count: int) -> Path:
-        return tokens.write(self.cfg, self.workdir / f"{name}.tokens", self.buyers.take(count))
 
     def closed(self, tree: Tree | None) -> dict[str, Any]:
         o = self.opts
         with self.gateway(tree) as session:
             url = self.url(tree)
-            warm = self.token_file("warm", 20_000)
+            warm = self.h.token_file("warm", 20_000)
             wrk.run(url, o.warmup, CONNECTIONS, self.load_core, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
-            token_file = self.token_file("closed", count)
+            token_file = self.h.token_file("closed", count)
             profile = self._profiler(session) if tree is not None and self.profile_now else None
             with self.used(session) as use:
                 result = wrk.run(
@@ -198,7 +192,7 @@ class Bench:
                     tools[self.open_runs % len(tools) :] + tools[: self.open_runs % len(tools)]
                 ):
                     count = int(rate * (o.duration + 1)) + 1
-                    token_file = self.token_file(f"open-{tool}", count)
+                    token_file = self.h.token_file(f"open-{tool}", count)
                     profile = self._profiler(session) if self.profile_now else None
                     with self.used(session) as use:
                         fig, answers = self._open_tool(tool, url, rate, token_file, count)
@@ -296,10 +290,8 @@ def _worker_pid(session: int) -> int:
 
 def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, Any]:
     """The section: every tree of ``--compare`` (and the current code) in every round."""
-    cfg = ctx.cfg
-    workdir = ctx.workdir / "reserve-speed"
-    workdir.mkdir(exist_ok=True)
-    bench = Bench(cfg, opts, workdir, (ctx.opts.server_core, ctx.opts.load_core))
+    cfg, h = ctx.cfg, ctx.own_harness("reserve-speed")
+    workdir, bench = h.workdir, Bench(h, opts)
     trees = [*(trees_mod.check_out(w, workdir / "trees") for w in ctx.compare), trees_mod.CURRENT]
     stamps_dir = workdir / "stamps"
     if opts.stamps:
@@ -310,7 +302,7 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
         bench.env = env
         try:
             with bench.gateway(trees[0]):
-                bench.made = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
+                h.bench_sale = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
             for r in range(ctx.args.repeats):
                 for subject in store.rotate(subjects, r):
                     name = subject.name if subject else "naive"
@@ -342,10 +334,7 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
                 for row in bench.ceilings(round(2 * top * fraction, -1)):
                     rec.record("ceiling", row["tool"], 0, row, [])
         finally:
-            if bench.made is not None:
-                for item in bench.made.items:
-                    bench.shards.drop(item)
-            bench.shards.close()
+            h.close()
     # One file per stamped gateway process (one a run): each run's stages.
     for i, page in enumerate(sorted(stamps_dir.glob("stages-*.json"))):
         rec.record("stages", "stamped", i, stamps.summary(json.loads(page.read_text())), [])
