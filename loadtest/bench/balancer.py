@@ -31,23 +31,23 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 from flashsale.fleet import fleet, haproxy
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
-from loadtest.bench import affinity, sale, servers
+from loadtest.bench import affinity, sale
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
-from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served
+from loadtest.bench.context import Context, option
+from loadtest.bench.harness import GATEWAY_ENV, Harness, Measured, Served, wrk_problems
 from loadtest.bench.report.fmt import provenance
 from loadtest.bench.stats import summarize
 from loadtest.capacity.plan import GENERATOR_LAG_MS  # as the planner judges the generator
-from loadtest.generators import tokens, wrk
+from loadtest.generators import wrk
 from loadtest.measure.cpu import used
 from rig.admin import NewItem, new_sale
 
@@ -65,22 +65,18 @@ IDLE_S = 3.0  # the fleet's processes measured with no load, before the mixed ru
 
 @dataclass(frozen=True)
 class BalancerOptions:
-    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
-    connections: int = field(default=64, metadata={"help": "wrk connections (sold-out)"})
-    fraction: float = field(default=0.5, metadata={"help": "open loop: of each subject's max"})
-    same_rate: float = field(
-        default=2000.0,
-        metadata={"help": "open loop: also every subject at this one req/s (0: not)"},
-    )
-    fleet: bool = field(default=True, metadata={"help": "the 2-gateway fleet check"})
+    duration: float = option(6.0, "seconds per measured run")
+    connections: int = option(64, "wrk connections (sold-out)")
+    fraction: float = option(0.5, "open loop: of each subject's max")
+    same_rate: float = option(2000.0, "open loop: also every subject at this one req/s (0: not)")
+    fleet: bool = option(True, "the 2-gateway fleet check")
     # 256 answered 503s past the Redis deadline on the loaded machine.
-    reserve_connections: int = field(default=64, metadata={"help": "wrk connections, reserve"})
-    parts: str = field(
-        default=",".join(PARTS),
-        metadata={"help": "parts to measure again; the committed section keeps the others"},
+    reserve_connections: int = option(64, "wrk connections, reserve")
+    parts: str = option(
+        ",".join(PARTS), "parts to measure again; the committed section keeps the others"
     )
-    fleet_share_connections: str = field(
-        default="58,6", metadata={"help": "fleet: connections at the map item, the gateway item"}
+    fleet_share_connections: str = option(
+        "58,6", "fleet: connections at the map item, the gateway item"
     )
 
     @property
@@ -98,7 +94,6 @@ class Bench:
     cfg: Settings
     h: Harness
     args: BalancerOptions
-    workdir: Path
     extra_items: list[sale.Item] = field(default_factory=list)  # dropped from Redis at the end
 
     # --- closed loop ---------------------------------------------------------------------
@@ -123,7 +118,7 @@ class Bench:
         metrics["gateway_cpu_us_per_req"] = use.of(gw.pid) / n * 1e6 if n else 0.0
         metrics["balancer_cpu_us_per_req"] = use.of(bal.pid) / n * 1e6 if n else 0.0
         metrics["forwarded"] = forwarded
-        problems = _answers(result)
+        problems = wrk_problems(result, expect_2xx=False)
         if subject == "haproxy_410" and forwarded:
             problems.append(f"{forwarded:.0f} requests reached the gateway")
         # haproxy's queue timeout (the edge's overload shedding) may answer a few 503s itself;
@@ -136,28 +131,19 @@ class Bench:
     @contextmanager
     def behind_haproxy(self, subject: str) -> Iterator[tuple[Served, haproxy.Balancer, str]]:
         """The harness's gateway (flagged), haproxy in front of it on the server core."""
-        s = self.h.bench_sale
-        assert s is not None
-        o = self.h.opts
+        s = self.h.made_sale()
         with self.h.server("gateway") as gw:
             for _ in range(2):  # the first asks Redis and flags the item, the second checks
-                status = sale.purchase(gw.base, s.sold_out, self.token())
+                status = sale.purchase(gw.base, s.sold_out, self.h.token())
                 if status != 410:
                     raise RuntimeError(f"the flagging purchase answered {status}")
-            port = self.h.ports["bare_asgi"]  # a free bench port the harness never uses here
-            gateway = gw.base.removeprefix("http://")
-            where = self.workdir / subject
-            pin = servers.pinned(o.server_core, [])
-            log = self.h.log_dir / f"{subject}.log"
             # The entry set by hand lives for the run (an entry's expire is the flag TTL).
             edge = replace(haproxy.Edge.of(self.cfg), sold_out_ttl_ms=86_400_000)
-            with haproxy.serving(gateway, port, where, edge, prefix=pin, log=log) as bal:
+            with self.h.entry(gw, edge, name=subject) as (_, bal):
+                assert bal is not None
                 if subject == "haproxy_410":
                     haproxy.command(bal.socket, haproxy.set_sold_out(s.sold_out.path))
                 yield gw, bal, bal.base + s.sold_out.path
-
-    def token(self) -> bytes:
-        return next(tokens.signed(self.cfg, self.h.buyers.take(1)))
 
     # --- open loop -----------------------------------------------------------------------
 
@@ -167,7 +153,7 @@ class Bench:
         else:
             with self.behind_haproxy(subject) as (_, bal, url):
                 # The harness's open-loop run, its CPU meter on haproxy's session.
-                metrics = self.h._open_loop(Served(bal.base, bal.pid), url, rate, None)  # noqa: SLF001
+                metrics = self.h.open_loop(Served(bal.base, bal.pid), url, rate, None)
             metrics["balancer_cpu_us_per_req"] = metrics["cpu_us_per_req"]
             other = {k: v for k, v in metrics["statuses"].items() if k != "410"}
             problems = [f"answers other than 410: {other}"] if other else []
@@ -181,8 +167,7 @@ class Bench:
     def fleet_mix(self) -> Measured:
         """Two wrk crowds at once through a pinned 2-gateway fleet's balancer."""
         o = self.h.opts
-        s = self.h.bench_sale
-        assert s is not None and self.h.shards is not None
+        s = self.h.made_sale()
         mapped, forwarded_conns = (int(c) for c in self.args.fleet_share_connections.split(","))
         core = str(o.server_core)
         with (
@@ -194,12 +179,12 @@ class Bench:
                 hosts = fleet.up(cfg, 2, env, cores=core)
                 fleet.agent(cfg).stop()  # the table holds exactly the one item, set by hand
                 base = fleet.balancer_url(cfg)
-                other = _one_unit_item(fleet.operator_url(cfg), cfg, self.token())
+                other = _one_unit_item(fleet.operator_url(cfg), cfg, self.h.token())
                 self.extra_items.append(other)
                 for host in hosts:  # every gateway flags both items (2 tries: its workers)
                     for item in (s.sold_out, other):
                         for _ in range(2):
-                            sale.purchase(fleet.gateway_url(cfg, host), item, self.token())
+                            sale.purchase(fleet.gateway_url(cfg, host), item, self.h.token())
                 root = fleet.paths(cfg)
                 # (GATEWAY_ENV's flag TTL, a day, is the entry's expire too)
                 haproxy.command(root.socket, haproxy.clear_sold_out())
@@ -252,7 +237,7 @@ class Bench:
             metrics["balancer_cpu_us_per_req"] + metrics["gateway_cpu_us_per_req"]
         )
         metrics["server_busy"] = busy.total_s / wall
-        return metrics, _answers(a) + _answers(b)
+        return metrics, wrk_problems(a, False) + wrk_problems(b, False)
 
 
 def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
@@ -269,15 +254,6 @@ def _one_unit_item(base: str, cfg: Settings, buyer: bytes) -> sale.Item:
     if status != 202:
         raise RuntimeError(f"buying the forwarded item's only unit answered {status}")
     return item
-
-
-def _answers(result: wrk.WrkResult) -> list[str]:
-    problems = []
-    if result.non_2xx != result.requests:
-        problems.append(f"{result.requests - result.non_2xx} answers were 2xx, expected 410s")
-    if result.socket_errors or result.timeouts:
-        problems.append(f"{result.socket_errors} socket errors, {result.timeouts} timeouts")
-    return problems
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -305,61 +281,38 @@ def measure(ctx: Context, args: BalancerOptions, rec: store.Recorder) -> dict[st
         SECTION, duration_s=args.duration, warmup_s=1.0, soldout_connections=args.connections,
         reserve_connections=args.reserve_connections, open_connections=256,
     )  # fmt: skip
-    workdir = h.workdir
-    b = Bench(cfg, h, args, workdir)
+    b = Bench(cfg, h, args)
+
+    def steps(
+        scenario: str,
+        run: Callable[[str], Measured],
+        subjects: Sequence[str] = SUBJECTS,
+        only: Collection[str] | None = None,
+    ) -> None:
+        """Every repeat of the scenario (if its part is measured now), the subjects rotated (the
+        ones in ``only``, if given): a step each."""
+        for repeat in range(repeats if _part(scenario) in parts else 0):
+            for subject in store.rotate(subjects, repeat):
+                if only is None or subject in only:
+                    where = (scenario, subject, repeat)
+                    rec.step(
+                        f"{scenario} {subject} #{repeat + 1}", where, partial(run, subject), _say
+                    )
+
+    f = args.fraction
     try:
         h.set_up_sale()
-        for repeat in range(repeats if "closed" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                rec.step(
-                    f"closed {subject} #{repeat + 1}",
-                    ("closed", subject, repeat),
-                    lambda s=subject: b.closed(s),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if "open" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                top = _median(rec.runs, "closed", subject, "rps")
-                if top is None:
-                    continue
-                rec.step(
-                    f"open {subject} @{args.fraction:g} #{repeat + 1}",
-                    (f"open@{args.fraction:g}", subject, repeat),
-                    lambda s=subject, r=top * args.fraction: b.open(s, r),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if args.same_rate and "same" in parts else 0):
-            for subject in store.rotate(SUBJECTS, repeat):
-                rec.step(
-                    f"open {subject} at {args.same_rate:g} req/s #{repeat + 1}",
-                    ("open-same", subject, repeat),
-                    lambda s=subject: b.open(s, args.same_rate),  # type: ignore[misc]
-                    _say,
-                )
-        for repeat in range(repeats if "reserve" in parts else 0):
-            rec.step(
-                f"reserve closed #{repeat + 1}",
-                ("reserve", "gateway", repeat),
-                lambda: h.closed_reserve("gateway"),
-                _say,
-            )
-        top = _median(rec.runs, "reserve", "gateway", "rps")
-        for repeat in range(repeats if top and "reserve" in parts else 0):
-            rec.step(
-                f"reserve open @{args.fraction:g} #{repeat + 1}",
-                (f"reserve-open@{args.fraction:g}", "gateway", repeat),
-                lambda: h.open_reserve("gateway", (top or 0) * args.fraction),
-                _say,
-            )
-        for repeat in range(repeats if args.fleet and "fleet" in parts else 0):
-            rec.step(
-                f"fleet of 2, mixed #{repeat + 1}",
-                ("fleet", "fleet2", repeat),
-                b.fleet_mix,
-                _say,
-            )
+        steps("closed", b.closed)
+        tops = {s: t for s in SUBJECTS if (t := _median(rec.runs, "closed", s, "rps")) is not None}
+        steps(f"open@{f:g}", lambda s: b.open(s, tops[s] * f), only=tops)
+        if args.same_rate:
+            steps("open-same", lambda s: b.open(s, args.same_rate))
+        steps("reserve", h.closed_reserve, ["gateway"])
+        if top := _median(rec.runs, "reserve", "gateway", "rps"):
+            steps(f"reserve-open@{f:g}", lambda s: h.open_reserve(s, top * f), ["gateway"])
+        if args.fleet:
+            steps("fleet", lambda _: b.fleet_mix(), ["fleet2"])
     finally:
-        assert h.shards is not None
         for item in b.extra_items:
             h.shards.drop(item)
         h.close()

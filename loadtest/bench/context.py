@@ -1,6 +1,6 @@
 """What every section's measurement gets: the command line, the settings, the harness's options,
 a scratch directory, the log directory and the committed results (a section may read another's,
-as ``open`` reads ``closed``'s maxima)."""
+as ``open`` reads ``closed``'s maxima); and how a section declares its options."""
 
 from __future__ import annotations
 
@@ -14,6 +14,16 @@ from kernel.settings import Settings
 from loadtest.bench import results as store
 from loadtest.bench.harness import Harness, Options
 from loadtest.measure import trees
+
+
+def option(default: Any, text: str) -> Any:
+    """A field of a section's options: its default, and its line in ``--help``."""
+    return field(default=default, metadata={"help": text})
+
+
+def floats(text: str) -> list[float]:
+    """A comma-separated option's numbers."""
+    return [float(x) for x in text.split(",") if x]
 
 
 @dataclass

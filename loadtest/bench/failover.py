@@ -36,7 +36,7 @@ from jobs.redis_failover import FailoverWatch
 from kernel.settings import Settings
 from kernel.waiting import wait_until, wait_until_async
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.report import fmt
 from rig.cluster import NODES, node_pid, replica_of, throwaway_cluster
 from shard_router import Outcome, ShardRouter, ShardUnavailable
@@ -247,23 +247,19 @@ def render(data: store.Section) -> list[str]:
 
 @dataclass(frozen=True)
 class FailoverOptions:
-    configs: str = field(
-        default="5000,3000,2000,1500,1000,1000/0,1000/1",
-        metadata={"help": "node-timeout-ms[/validity-factor][+watch], comma separated"},
+    configs: str = option(
+        "5000,3000,2000,1500,1000,1000/0,1000/1",
+        "node-timeout-ms[/validity-factor][+watch], comma separated",
     )
-    kills: int = field(default=3, metadata={"help": "SIGKILLs per config"})
-    pauses: int = field(default=3, metadata={"help": "SIGSTOP pauses (1 s and 2 s) per config"})
-    port: int = field(default=7401, metadata={"help": "the first of six free ports"})
-    wait_replicas: int = field(
-        default=0,
-        metadata={
-            "help": "the router's WAIT (redis_wait_replicas); with 1, a promoted primary sells"
-            " only once the killed node is back as its replica, so it is restarted at once"
-        },
+    kills: int = option(3, "SIGKILLs per config")
+    pauses: int = option(3, "SIGSTOP pauses (1 s and 2 s) per config")
+    port: int = option(7401, "the first of six free ports")
+    wait_replicas: int = option(
+        0,
+        "the router's WAIT (redis_wait_replicas); with 1, a promoted primary sells"
+        " only once the killed node is back as its replica, so it is restarted at once",
     )
-    breaker_cooldown_ms: int = field(
-        default=0, metadata={"help": "the router's breaker cooldown (0: the setting's)"}
-    )
+    breaker_cooldown_ms: int = option(0, "the router's breaker cooldown (0: the setting's)")
 
 
 def run(ctx: Context, args: FailoverOptions, rec: store.Recorder) -> dict[str, Any]:

@@ -11,12 +11,12 @@ as many distinct buyers, ``sold = quantity``, every shard at 0 in Redis, no 5xx.
 
 from __future__ import annotations
 
-import signal
-import subprocess
+import dataclasses
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,12 @@ import psycopg
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import sale, servers
+from loadtest.bench.context import Context, option
+from loadtest.bench.results import Recorder
 from loadtest.bench.topics import own_topics
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
-from loadtest.measure import child, cpu
+from loadtest.measure import cpu
 from rig.admin import NewItem, new_sale
 from rig.ports import free_port
 from rig.sale import LIFTED_IP_LIMITS
@@ -80,17 +82,8 @@ class CommitClock:
 
 
 def settings(plan: Plan) -> dict[str, Any]:
-    return {
-        "units": plan.units,
-        "shards": plan.shards,
-        "buyers": plan.buyers,
-        "connections": plan.connections,
-        "server_core": plan.server_core,
-        "load_core": plan.load_core,
-        "writer_cores": plan.writer_cores,
-        "poll_s": POLL_S,
-        "gateway_env": GATEWAY_ENV,
-    }
+    shown = {k: v for k, v in dataclasses.asdict(plan).items() if k != "timeout_s"}
+    return {**shown, "poll_s": POLL_S, "gateway_env": GATEWAY_ENV}
 
 
 def _create_sale(base: str, cfg: Settings, units: int, shards: int) -> tuple[sale.Item, sale.Item]:
@@ -119,48 +112,6 @@ def _wait_for_orders(dsn: str, item_id: int, count: int, timeout_s: float) -> No
         raise RuntimeError(
             f"the writer stored {clock.count} of {count} orders in {timeout_s:.0f} s"
         )
-
-
-def _wrk_spike(url: str, token_file: Path, plan: Plan) -> tuple[dict[str, Any], bool, float]:
-    """(WRK_JSON summary, every buyer answered, wrk's CPU seconds)."""
-    argv = [
-        "wrk",
-        "-t1",
-        f"-c{plan.connections}",
-        f"-d{int(plan.timeout_s) + 60}s",
-        f"--timeout={wrk.TIMEOUT_S}s",
-        "--latency",
-        "-s",
-        str(wrk.SCRIPTS / "spike.lua"),
-        url,
-        "--",
-        str(token_file),
-        "0",
-        str(plan.buyers),
-        "1",
-    ]
-    lines: list[str] = []
-    finished = threading.Event()
-    cpu_before = cpu.children_s()
-    proc = subprocess.Popen(servers.pinned(plan.load_core, argv), stdout=subprocess.PIPE, text=True)
-
-    def read() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("SPIKE_DONE"):
-                finished.set()
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    answered = finished.wait(plan.timeout_s)
-    proc.send_signal(signal.SIGINT)  # wrk stops and prints its summary
-    proc.wait(30)
-    reader.join(10)
-    cpu_s = cpu.children_s() - cpu_before
-    why = f"exit {proc.returncode}: {''.join(lines)[-500:]}"
-    summary: dict[str, Any] = child.result_line(lines, wrk.PREFIX, "wrk", why)
-    return summary, answered, cpu_s
 
 
 def run_once(
@@ -212,7 +163,10 @@ def _spike(
     with cpu.used(writer_pid) as writer:
         poller.start()
         with cpu.used(gateway_pid) as gateway:
-            raw, all_answered, wrk_cpu_s = _wrk_spike(base + item.path, token_file, plan)
+            raw, all_answered, wrk_cpu_s = wrk.spike(
+                base + item.path, token_file, plan.buyers, plan.connections, plan.load_core,
+                plan.timeout_s,
+            )  # fmt: skip
         poller.join(plan.timeout_s)
         clock.stop.set()
     gateway_cpu_s, writer_cpu_s = gateway.of(gateway_pid), writer.of(writer_pid)
@@ -321,3 +275,34 @@ def _problems(m: dict[str, Any], plan: Plan, all_answered: bool, clock: CommitCl
     if m["redis_stock_left"] != 0:
         problems.append(f"{m['redis_stock_left']} units left on the shards in Redis")
     return problems
+
+
+@dataclass(frozen=True, slots=True)
+class SpikeOptions:
+    """The sale and the crowd (``--spike-*``); the cores are the harness's."""
+
+    units: int = option(10_000, "stock of the spike's item")
+    buyers: int = option(200_000, "distinct buyers, each once")
+    shards: int = option(8, "shards of the item")
+    connections: int = option(256, "wrk connections")
+
+
+def measure(ctx: Context, a: SpikeOptions, rec: Recorder) -> dict[str, Any]:
+    o, repeats = ctx.opts, ctx.args.repeats
+    plan = Plan(
+        **dataclasses.asdict(a), server_core=o.server_core, load_core=o.load_core,
+        writer_cores=o.all_cores, timeout_s=max(120.0, a.buyers / 500),
+    )  # fmt: skip
+    run = partial(run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, tokens.BuyerIds())
+    label = f"{plan.buyers:,} buyers for {plan.units:,} units"
+    rec.repeats("spike", repeats, lambda r: [(label, ("spike", "gateway", r), run)], _spike_summary)
+    return {**settings(plan), "repeats": repeats}
+
+
+def _spike_summary(m: dict[str, Any]) -> str:
+    last = m.get("first_purchase_to_last_commit_s")
+    drained = f"{last:.2f} s first purchase → last commit" if last else "writer did not drain"
+    sellout = m["sellout_s"] or 0.0
+    return (
+        f"{m['rps']:,.0f} req/s, p99 {m['p99_ms']:.1f} ms, sold out in {sellout:.2f} s, {drained}"
+    )

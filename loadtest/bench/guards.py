@@ -27,10 +27,8 @@ WON, LOST, GAVE_UP = "won", "lost", "gave_up"
 Decision = tuple[str, int]  # (outcome, retries)
 LOCK_TTL_MS = 1000
 LOCK_WAIT_S = 10.0  # a lock not acquired in this long: the attempt gives up (reported)
-LOCK_BACKOFF_S = (
-    0.001,
-    0.02,
-)  # a busy lock: wait up to 1 ms, doubling per retry to 20 ms, jittered
+# A busy lock: wait up to 1 ms, doubling per retry to 20 ms, jittered.
+LOCK_BACKOFF_S = (0.001, 0.02)
 UNLOCK = """if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0"""
 SCHEMA = """

@@ -9,7 +9,7 @@ competes with the server, as it does on any 2-core machine, and the figures say 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 from redis import Redis
 
+from flashsale.fleet import haproxy
+from flashsale.fleet.haproxy import Edge
 from flashsale.stack.processes import settings_env
 from kernel.settings import Settings
 from loadtest.bench import affinity, redisbench, sale, servers, topics
@@ -72,7 +74,8 @@ class Harness:
     ports: dict[str, int] = field(default_factory=dict)
     buyers: tokens.BuyerIds = field(default_factory=tokens.BuyerIds)
     bench_sale: sale.BenchSale | None = None
-    shards: sale.Shards | None = None
+    shards: sale.Shards = field(init=False)
+    closed: bool = field(default=False, init=False)
     _topics: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
     _topic_env: dict[str, str] | None = None
 
@@ -94,7 +97,11 @@ class Harness:
         return self.opts.all_cores, self.opts.all_cores
 
     @contextmanager
-    def server(self, subject: str, workers: int = 1) -> Iterator[Served]:
+    def server(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Iterator[Served]:
+        """The subject's server for the block, pinned; ``env`` on top of its own settings."""
+        own: dict[str, str]
         port, base, core = self.ports[subject], self.base(subject), self.cores(workers)[0]
         if self._topic_env is None:
             # The gateways' orders go to a topic of the benchmark's own (see topics.py).
@@ -102,17 +109,17 @@ class Harness:
         if subject == "gateway":
             argv = servers.gateway_argv(port, workers)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**GATEWAY_ENV, **self._topic_env, **settings_env(gateway_port=port)}
+            own = {**GATEWAY_ENV, **self._topic_env, **settings_env(gateway_port=port)}
         elif subject == "bare_asgi":
             argv = servers.granian_argv("loadtest.baselines.bare_asgi:app", port)
-            ready, env = servers.http_ready(f"{base}/", 410), {}
+            ready, own = servers.http_ready(f"{base}/", 410), {}
         elif subject == "naive":
             argv = servers.granian_argv("loadtest.baselines.naive_gateway:app", port)
             ready = servers.http_ready(f"{base}/readyz", 200)
-            env = {**self._topic_env, "LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
+            own = {**self._topic_env, "LOADTEST_NAIVE_SHARDS": str(sale.RESERVE_SHARDS)}
         elif subject == "nginx":
             argv = servers.nginx_argv(port, self.workdir / "nginx")
-            ready, env = servers.http_ready(f"{base}/", 410), {}
+            ready, own = servers.http_ready(f"{base}/", 410), {}
         else:
             raise ValueError(subject)
         with contextlib.ExitStack() as pinned:
@@ -122,37 +129,56 @@ class Harness:
                 stack_core = self.opts.load_core if stack_core is None else stack_core
                 pinned.enter_context(affinity.stack_on(self.cfg, {stack_core}))
             proc = pinned.enter_context(
-                servers.running(subject, argv, ready, self.log_dir, core, env)
+                servers.running(subject, argv, ready, self.log_dir, core, {**own, **(env or {})})
             )
             yield Served(base, proc.pid)
+
+    @contextmanager
+    def entry(
+        self, served: Served, edge: Edge | None, core: int | None = None, name: str = "haproxy"
+    ) -> Iterator[tuple[str, haproxy.Balancer | None]]:
+        """Where the load goes: (base URL, the balancer or None). ``edge`` None: the gateway
+        itself; else haproxy (the fleet's configuration) in front of it, pinned to ``core``
+        (default: the server core, with the gateway), its files and log under ``name``."""
+        if edge is None:
+            yield served.base, None
+            return
+        port = free_port(set(self.ports.values()), BENCH_PORTS)
+        gateway = served.base.removeprefix("http://")
+        prefix = servers.pinned(self.opts.server_core if core is None else core, [])
+        log = self.log_dir / f"{name}.log"
+        where = self.workdir / f"{name}-{port}"
+        with haproxy.serving(gateway, port, where, edge, prefix, log) as balancer:
+            yield balancer.base, balancer
 
     def set_up_sale(self) -> sale.BenchSale:
         """Create the benchmark's sale through a gateway and sell the sold-out item's one unit."""
         with self.server("gateway") as served:
             base = served.base
             made = sale.create(base, self.cfg, hours=2)
-            status = sale.purchase(base, made.sold_out, self._token())
+            status = sale.purchase(base, made.sold_out, self.token())
             if status != 202:
-                assert self.shards is not None
                 for item in made.items:
                     self.shards.drop(item)
                 raise RuntimeError(f"buying the sold-out item's only unit answered {status}")
         self.bench_sale = made
         return made
 
-    def _token(self) -> bytes:
+    def token(self) -> bytes:
         return next(tokens.signed(self.cfg, self.buyers.take(1)))
 
-    def _token_file(self, name: str, count: int) -> Path:
+    def token_file(self, name: str, count: int) -> Path:
         return tokens.write(self.cfg, self.workdir / f"{name}.tokens", self.buyers.take(count))
 
     # --- scenarios -------------------------------------------------------------------------
 
-    def closed_sold_out(self, subject: str, workers: int = 1) -> Measured:
-        s = self._sale()
+    def closed_sold_out(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Measured:
+        s = self.made_sale()
         o = self.opts
         load_core = self.cores(workers)[1]
-        with self.server(subject, workers) as served:
+        with self.server(subject, workers, env) as served:
             base = served.base
             problems = self._flag_sold_out(subject, base, workers)
             url = base + s.sold_out.path
@@ -171,46 +197,48 @@ class Harness:
                     hits = metrics["flag_hits"]
                     problems.append(f"{hits:.0f} of {result.requests} answered from the flag")
             problems += _probe(base + s.sold_out.path, 410, "after the run", 2 * workers)
-        problems += _wrk_problems(result, expect_2xx=False)
+        problems += wrk_problems(result, expect_2xx=False)
         return metrics, problems
 
-    def closed_reserve(self, subject: str, workers: int = 1) -> Measured:
+    def closed_reserve(
+        self, subject: str, workers: int = 1, env: Mapping[str, str] | None = None
+    ) -> Measured:
         item = self._item(subject)
         o = self.opts
         load_core = self.cores(workers)[1]
-        with self.server(subject, workers) as served:
+        with self.server(subject, workers, env) as served:
             url = served.base + item.path
 
             def load(seconds: float, token_file: Path, count: int) -> wrk.WrkResult:
                 tokens = (token_file, 0, count)
                 return wrk.run(url, seconds, o.reserve_connections, load_core, tokens, workers)
 
-            warm = load(o.warmup_s, self._token_file("warmup", WARMUP_TOKENS), WARMUP_TOKENS)
+            warm = load(o.warmup_s, self.token_file("warmup", WARMUP_TOKENS), WARMUP_TOKENS)
             # Enough fresh buyers for 1.5x the warm-up's pace, so no token is used twice.
             count = int(warm.rps * o.duration_s * 1.5) + 5_000
-            token_file = self._token_file(f"{subject}-closed", count)
-            before = self._reserved(item)
+            token_file = self.token_file(f"{subject}-closed", count)
+            before = self.shards.reserved(item)
             with served.cpu() as use:
                 result = load(o.duration_s, token_file, count)
         metrics: dict[str, Any] = {**_wrk_figures(result), **use.figures(result.requests)}
         metrics["workers"] = workers
         metrics["tokens"] = count
-        metrics["reserved"] = self._reserved(item) - before
-        problems = _wrk_problems(result, expect_2xx=True)
+        metrics["reserved"] = self.shards.reserved(item) - before
+        problems = wrk_problems(result, expect_2xx=True)
         if result.requests > count:
             problems.append(f"{result.requests} requests for {count} tokens: buyers repeated")
         if metrics["reserved"] < result.requests - result.non_2xx:
             problems.append(f"{metrics['reserved']} reserved in Redis for {result.requests} 202s")
-        self._clear(item)
+        self.shards.clear_holds(item)
         return metrics, problems
 
     def open_sold_out(self, subject: str, rate: float) -> Measured:
-        s = self._sale()
+        s = self.made_sale()
         with self.server(subject) as served:
             base = served.base
             problems = self._flag_sold_out(subject, base, 1)
             before = sale.metric(base, "sold_out_flag") if subject == "gateway" else 0.0
-            metrics = self._open_loop(served, base + s.sold_out.path, rate, None)
+            metrics = self.open_loop(served, base + s.sold_out.path, rate, None)
             if subject == "gateway":
                 metrics["flag_hits"] = sale.metric(base, "sold_out_flag") - before
                 if metrics["flag_hits"] < metrics["answered_total"]:
@@ -222,21 +250,21 @@ class Harness:
         item = self._item(subject)
         count = int(rate * (self.opts.open_warmup_s + self.opts.duration_s)) + 1
         with self.server(subject) as served:
-            token_file = self._token_file(f"{subject}-open", count)
-            before = self._reserved(item)
-            metrics = self._open_loop(served, served.base + item.path, rate, token_file)
-        metrics["reserved"] = self._reserved(item) - before
+            token_file = self.token_file(f"{subject}-open", count)
+            before = self.shards.reserved(item)
+            metrics = self.open_loop(served, served.base + item.path, rate, token_file)
+        metrics["reserved"] = self.shards.reserved(item) - before
         problems = _open_problems(metrics, "202")
-        self._clear(item)
+        self.shards.clear_holds(item)
         return metrics, problems
 
     def redis(self, node: redisbench.Node, pipeline: int) -> Measured:
         calls = self.opts.redis_calls[pipeline]
         result = redisbench.run(node, pipeline, calls, self.opts.redis_clients, self.opts.load_core)
         problems = []
-        if result.reserved < calls * 0.99:
-            problems.append(f"only {result.reserved} of {calls} calls reserved")
-        return result.as_dict(), problems
+        if result["reserved"] < calls * 0.99:
+            problems.append(f"only {result['reserved']} of {calls} calls reserved")
+        return result, problems
 
     @contextmanager
     def standalone_redis(self) -> Iterator[redisbench.Node]:
@@ -259,34 +287,26 @@ class Harness:
 
     # --- helpers ---------------------------------------------------------------------------
 
-    def _sale(self) -> sale.BenchSale:
+    def made_sale(self) -> sale.BenchSale:
         if self.bench_sale is None:
             raise RuntimeError("set_up_sale() first")
         return self.bench_sale
 
     def _item(self, subject: str) -> sale.Item:
-        return self._sale().gateway if subject == "gateway" else self._sale().naive
-
-    def _reserved(self, item: sale.Item) -> int:
-        assert self.shards is not None
-        return self.shards.reserved(item)
-
-    def _clear(self, item: sale.Item) -> None:
-        assert self.shards is not None
-        self.shards.clear_holds(item)
+        return self.made_sale().gateway if subject == "gateway" else self.made_sale().naive
 
     def _flag_sold_out(self, subject: str, base: str, workers: int) -> list[str]:
         """A fresh gateway learns the item is sold out from a purchase that reaches Redis (and
         tells its other workers); a few purchases, so every worker has been told or has asked."""
-        s = self._sale()
+        s = self.made_sale()
         if subject == "gateway":
             for _ in range(2 * workers - 1):
-                status = sale.purchase(base, s.sold_out, self._token())
+                status = sale.purchase(base, s.sold_out, self.token())
                 if status != 410:
                     return [f"the flagging purchase answered {status}, not 410"]
         return _probe(base + s.sold_out.path, 410, "before the run", 2 * workers)
 
-    def _open_loop(
+    def open_loop(
         self, served: Served, url: str, rate: float, token_file: Path | None
     ) -> dict[str, Any]:
         """An open-loop run at ``rate``, with the server's CPU over it per answered request."""
@@ -308,13 +328,13 @@ class Harness:
     def close(self) -> None:
         """Delete every key of the benchmark's items and its topics (the stack is shared)."""
         self._topics.close()
-        if self.shards is None:
+        if self.closed:
             return
         if self.bench_sale is not None:
             for item in self.bench_sale.items:
                 self.shards.drop(item)
         self.shards.close()
-        self.shards = None
+        self.closed = True
 
 
 def _probe(url: str, expected: int, when: str, times: int = 1) -> list[str]:
@@ -334,7 +354,7 @@ def _wrk_figures(result: wrk.WrkResult) -> dict[str, Any]:
     return figures
 
 
-def _wrk_problems(result: wrk.WrkResult, expect_2xx: bool) -> list[str]:
+def wrk_problems(result: wrk.WrkResult, expect_2xx: bool) -> list[str]:
     problems = []
     if expect_2xx and result.non_2xx:
         problems.append(f"{result.non_2xx} of {result.requests} answers were not 2xx")

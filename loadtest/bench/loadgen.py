@@ -13,14 +13,18 @@ from __future__ import annotations
 import csv
 import subprocess
 import sys
+from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from kernel.settings import PROJECT_ROOT
 from loadtest.bench import servers
-from loadtest.bench.results import Recorder, rotate
-from loadtest.constants import LOCUST_PROBE
+from loadtest.bench.context import Context
+from loadtest.bench.results import Recorder, Step, rotate
+from loadtest.constants import BENCH_PORTS, LOCUST_PROBE
 from loadtest.generators.openloop import measure as measure_openloop
+from rig.ports import free_port
 
 LOCUST_USERS = 64
 OPENLOOP_OFFERED = 30_000.0
@@ -31,23 +35,10 @@ TOOLS = ("locust", "openloop")
 def locust(url: str, duration_s: float, core: int, workdir: Path) -> dict[str, Any]:
     prefix = workdir / "locust-probe"
     argv = [
-        str(Path(sys.executable).with_name("locust")),
-        "-f",
-        str(LOCUST_PROBE),
-        "--headless",
-        "-u",
-        str(LOCUST_USERS),
-        "-r",
-        str(LOCUST_USERS),
-        "-t",
-        f"{max(1, round(duration_s))}s",
-        "--host",
-        url,
-        "--csv",
-        str(prefix),
-        "--only-summary",
-        "--skip-log",
-    ]
+        str(Path(sys.executable).with_name("locust")), "-f", str(LOCUST_PROBE), "--headless",
+        "-u", str(LOCUST_USERS), "-r", str(LOCUST_USERS), "-t", f"{max(1, round(duration_s))}s",
+        "--host", url, "--csv", str(prefix), "--only-summary", "--skip-log",
+    ]  # fmt: skip
     done = subprocess.run(
         servers.pinned(core, argv),
         cwd=workdir,
@@ -95,32 +86,26 @@ def summary(m: dict[str, Any]) -> str:
     return f"{m['rps']:,.0f} req/s from one process"
 
 
-def run(
-    rec: Recorder,
-    repeats: int,
-    duration_s: float,
-    nginx_port: int,
-    cores: tuple[int, int],
-    workdir: Path,
-    log_dir: Path,
-) -> dict[str, Any]:
-    server_core, load_core = cores
+def measure(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    o, repeats, duration_s, workdir = ctx.opts, ctx.args.repeats, ctx.opts.duration_s, ctx.workdir
+    server_core, load_core = o.server_core, o.load_core
+    nginx_port = free_port(set(), BENCH_PORTS)
     url = f"http://127.0.0.1:{nginx_port}"
     argv = servers.nginx_argv(nginx_port, workdir / "nginx-loadgen")
     ready = servers.http_ready(f"{url}/", 410)
-    with servers.running("nginx-loadgen", argv, ready, log_dir, server_core):
-        for r in range(repeats):
-            print(f"[loadgen] repeat {r + 1}/{repeats}", flush=True)
-            for tool in rotate(TOOLS, r):
 
-                def measure(tool: str = tool) -> tuple[dict[str, Any], list[str]]:
-                    if tool == "locust":
-                        m = locust(url, duration_s, load_core, workdir)
-                        return m, [f"{m['failures']} failures"] if m["failures"] else []
-                    m = openloop(url, duration_s, load_core)
-                    return m, []
+    def ceiling(tool: str) -> tuple[dict[str, Any], list[str]]:
+        if tool == "locust":
+            m = locust(url, duration_s, load_core, workdir)
+            return m, [f"{m['failures']} failures"] if m["failures"] else []
+        return openloop(url, duration_s, load_core), []
 
-                rec.step(f"{tool:<8} against nginx", ("ceiling", tool, r), measure, summary)
+    def steps(r: int) -> Iterator[Step]:
+        for tool in rotate(TOOLS, r):
+            yield f"{tool:<8} against nginx", ("ceiling", tool, r), partial(ceiling, tool)
+
+    with servers.running("nginx-loadgen", argv, ready, ctx.log_dir, server_core):
+        rec.repeats("loadgen", repeats, steps, summary)
     return {
         "duration_s": duration_s,
         "locust_users": LOCUST_USERS,
@@ -132,4 +117,5 @@ def run(
         f" -f {LOCUST_PROBE.relative_to(PROJECT_ROOT)}"
         f" --headless -u {LOCUST_USERS} -r {LOCUST_USERS} -t {max(1, round(duration_s))}s"
         " --host <nginx return 410>",
+        "repeats": repeats,
     }

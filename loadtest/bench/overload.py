@@ -18,12 +18,11 @@ gets a table per path.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +34,12 @@ from flashsale.stack.processes import http_ready
 from kernel.settings import settings
 from loadtest.bench import results as store
 from loadtest.bench import servers
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, floats, option
 from loadtest.bench.harness import Harness, Served
 from loadtest.bench.report import fmt
 from loadtest.bench.sale import Item, purchase
-from loadtest.bench.servers import pinned
 from loadtest.constants import BENCH_PORTS
-from loadtest.generators import phased, phased_vegeta, tokens
+from loadtest.generators import phased, phased_vegeta
 from loadtest.measure.cpu import used
 from rig.ports import free_port
 
@@ -49,22 +47,6 @@ WARMUP_S, AFTER_S = 2.0, 4.0
 RECOVERY_BOUND = 3.0  # × the p99 at 0.5×
 ACCEPTED = {"reserve": 202, "sold_out": 410}
 ADMISSION_OFF = {"FLASHSALE_ADMISSION_TARGET_MS": "0"}
-
-
-@contextlib.contextmanager
-def environ(values: dict[str, str]) -> Iterator[None]:
-    """``values`` in this process's environment for the block (a gateway started inside it
-    inherits them: the harness's own settings for it come on top)."""
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, old in saved.items():
-            if old is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = old
 
 
 def peak_rss_mb(session: int) -> float:
@@ -99,25 +81,6 @@ def gateway_counts(base: str) -> dict[str, float]:
     return {name: float(value) for name, value in re.findall(pattern, text, re.M)}
 
 
-@contextlib.contextmanager
-def entry(
-    h: Harness, served: Served, edge: Edge | None, core: int | None = None
-) -> Iterator[tuple[str, haproxy.Balancer | None]]:
-    """Where the load goes: (base URL, the balancer or None). ``edge`` None: the gateway
-    itself; else haproxy in front of it, pinned to ``core`` (default: the server core, with
-    the gateway)."""
-    if edge is None:
-        yield served.base, None
-        return
-    port = free_port(set(h.ports.values()), BENCH_PORTS)
-    workdir = h.workdir / f"haproxy-{port}"
-    gateway = served.base.removeprefix("http://")
-    prefix = pinned(h.opts.server_core if core is None else core, [])
-    log = h.log_dir / "haproxy.log"
-    with haproxy.serving(gateway, port, workdir, edge, prefix, log) as balancer:
-        yield balancer.base, balancer
-
-
 class Overload:
     def __init__(
         self, h: Harness, seconds: float, connections: int, vegeta_bin: str, balancer_core: int
@@ -135,9 +98,9 @@ class Overload:
         multiple: float,
         baseline_p99: float | None,
         edge: Edge | None,
+        env: dict[str, str],
     ) -> dict[str, Any]:
-        h, s = self.h, self.h.bench_sale
-        assert s is not None, "set_up_sale() first"
+        h, s = self.h, self.h.made_sale()
         half = maximum * 0.5
         phases = [
             phased.Phase(half, WARMUP_S),
@@ -147,11 +110,8 @@ class Overload:
         item = s.gateway if path == "reserve" else s.sold_out
         token_file = self._tokens(phases) if path == "reserve" else None
         with (
-            h.server("gateway") as served,
-            entry(h, served, edge, self.balancer_core) as (
-                base,
-                balancer,
-            ),
+            h.server("gateway", env=env) as served,
+            h.entry(served, edge, self.balancer_core) as (base, balancer),
         ):
             if path == "sold_out":
                 self._flag(served, item)
@@ -164,7 +124,6 @@ class Overload:
             result["balancer"] = haproxy.overload_counts(balancer.socket) if balancer else None
             result["gateway"] = gateway_counts(served.base)
         if path == "reserve":
-            assert h.shards is not None
             h.shards.clear_holds(item)
         bound = (baseline_p99 or result["ok_p99_ms"]) * RECOVERY_BOUND
         result["recovery_s"] = phased.recovery_s(result.pop("after_windows"), bound)
@@ -203,14 +162,10 @@ class Overload:
 
     def _tokens(self, phases: Sequence[phased.Phase]) -> Path:
         # The generator reads its phases back from "%g" text: a few more than the floats say.
-        count = int(sum(p.rate * p.seconds for p in phases)) + 1000
-        return tokens.write(
-            self.h.cfg, self.h.workdir / "overload.tokens", self.h.buyers.take(count)
-        )
+        return self.h.token_file("overload", int(sum(p.rate * p.seconds for p in phases)) + 1000)
 
     def _flag(self, served: Served, item: Item) -> None:
-        token = next(tokens.signed(self.h.cfg, self.h.buyers.take(1)))
-        status = purchase(served.base, item, token)
+        status = purchase(served.base, item, self.h.token())
         if status != 410:
             raise RuntimeError(f"flagging the sold-out item answered {status}")
 
@@ -220,8 +175,8 @@ def maxima(h: Harness, given: dict[str, float | None]) -> dict[str, float]:
     for path, value in given.items():
         if value is None:
             closed = h.closed_reserve if path == "reserve" else h.closed_sold_out
-            with environ(ADMISSION_OFF):  # wrk counts 503s as answers too
-                measured, problems = closed("gateway")
+            # Admission off: wrk would count its 503s as answers too.
+            measured, problems = closed("gateway", env=ADMISSION_OFF)
             if problems:
                 print(f"  closed-loop {path}: {problems}", flush=True)
             value = float(measured["rps"])
@@ -266,32 +221,28 @@ def table(path: str, maximum: float, rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
 @dataclass(frozen=True)
 class OverloadOptions:
-    seconds: float = field(default=10.0, metadata=_help("of overload per run"))
-    multiples: str = field(default="0.5,1,2,5,10", metadata=_help("of each path's maximum"))
-    paths: str = field(default="reserve,sold_out", metadata=_help("reserve, sold_out"))
-    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
-    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: measured closed loop)"))
+    seconds: float = option(10.0, "of overload per run")
+    multiples: str = option("0.5,1,2,5,10", "of each path's maximum")
+    paths: str = option("reserve,sold_out", "reserve, sold_out")
+    reserve_max: float = option(0.0, "req/s (0: measured closed loop)")
+    soldout_max: float = option(0.0, "req/s (0: measured closed loop)")
     # Enough that the offered rate reaches the server: with 256, at 2× the generator itself
     # queued 12,814 requests for a free connection (HTTP/1.1: one request per connection), and
     # the server never saw the overload it was meant to shed.
-    connections: int = field(default=2048, metadata=_help("open-loop connections"))
-    target_ms: float = field(default=0.0, metadata=_help("admission target (0: the setting's)"))
-    without_admission: str = field(default="", metadata=_help("multiples also run admission off"))
-    entry: str = field(default="balancer", metadata=_help("balancer (haproxy in front) or gateway"))
-    direct: str = field(default="2", metadata=_help("multiples also run straight at the gateway"))
-    server_maxconn: str = field(default="", metadata=_help("haproxy's per-gateway maxconn list"))
-    queue_per_server: int = field(default=0, metadata=_help("queued per gateway (0: setting's)"))
-    queue_ms: int = field(default=0, metadata=_help("haproxy's timeout queue (0: setting's)"))
-    vegeta: str = field(default="", metadata=_help("vegeta binary: it offers the load instead"))
-    stack_on: str = field(default="load", metadata=_help("the stack's core: load or server"))
-    balancer_on: str = field(default="server", metadata=_help("haproxy's core: server or load"))
-    ceiling: bool = field(default=False, metadata=_help("first the generator against nginx"))
+    connections: int = option(2048, "open-loop connections")
+    target_ms: float = option(0.0, "admission target (0: the setting's)")
+    without_admission: str = option("", "multiples also run admission off")
+    entry: str = option("balancer", "balancer (haproxy in front) or gateway")
+    direct: str = option("2", "multiples also run straight at the gateway")
+    server_maxconn: str = option("", "haproxy's per-gateway maxconn list")
+    queue_per_server: int = option(0, "queued per gateway (0: setting's)")
+    queue_ms: int = option(0, "haproxy's timeout queue (0: setting's)")
+    vegeta: str = option("", "vegeta binary: it offers the load instead")
+    stack_on: str = option("load", "the stack's core: load or server")
+    balancer_on: str = option("server", "haproxy's core: server or load")
+    ceiling: bool = option(False, "first the generator against nginx")
 
     def __post_init__(self) -> None:
         for name, allowed in (
@@ -325,9 +276,9 @@ def run_label(edge: Edge | None, admission: str) -> str:
 
 def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[str, Any]:
     paths = [p for p in args.paths.split(",") if p]
-    multiples = _floats(args.multiples)
-    off = _floats(args.without_admission)
-    direct = _floats(args.direct) if args.entry == "balancer" else []
+    multiples = floats(args.multiples)
+    off = floats(args.without_admission)
+    direct = floats(args.direct) if args.entry == "balancer" else []
     h = ctx.own_harness(
         "overload", duration_s=5.0, warmup_s=2.0, open_connections=args.connections,
         stack_core=ctx.opts.server_core if args.stack_on == "server" else None,
@@ -364,8 +315,7 @@ def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[st
                     en: dict[str, str] = env,
                     b: float | None = base_p99,
                 ) -> tuple[dict[str, Any], list[str]]:
-                    with environ(en):
-                        row = bench.run(path, top[path], m, b, e)  # noqa: B023 - this pass's
+                    row = bench.run(path, top[path], m, b, e, en)  # noqa: B023 - this pass's
                     row["run"] = lab
                     return row, []
 
@@ -380,10 +330,6 @@ def measure(ctx: Context, args: OverloadOptions, rec: store.Recorder) -> dict[st
 
 
 CEILING_RATES = ("rate", "answered_rps")
-
-
-def _floats(text: str) -> list[float]:
-    return [float(m) for m in text.split(",") if m]
 
 
 def render(data: store.Section) -> list[str]:

@@ -10,13 +10,16 @@ the subjects rotated every repeat so drift does not always hit the same one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from loadtest.bench import redisbench
-from loadtest.bench.harness import Harness, Measured
-from loadtest.bench.results import Recorder, Summarize, rotate
+from loadtest.bench.context import Context, floats, option
+from loadtest.bench.harness import GATEWAY_ENV
+from loadtest.bench.results import Recorder, Step, rotate, runs_of
+from loadtest.bench.sale import RESERVE_SHARDS, RESERVE_STOCK
 from loadtest.bench.stats import figure, select
 
 SOLD_OUT_SUBJECTS = ("gateway", "bare_asgi", "nginx")
@@ -39,25 +42,9 @@ def redis_summary(m: dict[str, Any]) -> str:
     return f"{m['ops_per_s']:,.0f} EVALSHA/s, p99 {m['p99_ms']:.2f} ms"
 
 
-# One measured run of a repeat: its progress label, where it is recorded, and how it is measured.
-Step = tuple[str, tuple[str, str, int], Callable[[], Measured]]
+def closed(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    h = ctx.harness()
 
-
-def _repeat(
-    rec: Recorder,
-    title: str,
-    repeats: int,
-    steps: Callable[[int], Iterator[Step]],
-    summarize: Summarize = http_summary,
-) -> None:
-    """Every repeat's steps, each recorded (a failed one too) with a progress line."""
-    for r in range(repeats):
-        print(f"[{title}] repeat {r + 1}/{repeats}", flush=True)
-        for label, where, measure in steps(r):
-            rec.step(label, where, measure, summarize)
-
-
-def closed(h: Harness, rec: Recorder, repeats: int) -> None:
     def steps(r: int) -> Iterator[Step]:
         for subject in rotate(SOLD_OUT_SUBJECTS, r):
             label = f"(a) sold-out  {subject:<9}"
@@ -66,11 +53,12 @@ def closed(h: Harness, rec: Recorder, repeats: int) -> None:
             label = f"(b) reserve   {subject:<9}"
             yield label, ("reserve", subject, r), partial(h.closed_reserve, subject)
 
-    _repeat(rec, "closed loop", repeats, steps)
+    rec.repeats("closed loop", ctx.args.repeats, steps, http_summary)
+    return _http_settings(ctx)
 
 
-def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
-    """Returns the names of the nodes measured."""
+def redis(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    h, o = ctx.harness(with_sale=False), ctx.opts
     port = redisbench.stack_primary([int(n.rsplit(":", 1)[1]) for n in h.cfg.redis_nodes])
     stack = redisbench.Node(f"cluster node :{port} (stack)", port, cluster=True)
     names: set[str] = set()
@@ -85,8 +73,15 @@ def redis(h: Harness, rec: Recorder, repeats: int) -> list[str]:
                     where = ("redis", f"{node.name}|{pipeline}", r)
                     yield label, where, partial(h.redis, node, pipeline)
 
-    _repeat(rec, "redis", repeats, steps, redis_summary)
-    return sorted(names)
+    rec.repeats("redis", ctx.args.repeats, steps, redis_summary)
+    return {
+        "repeats": ctx.args.repeats,
+        "redis_clients": o.redis_clients,
+        "redis_calls": o.redis_calls,
+        "redis_random_range": redisbench.RANDOM_RANGE,
+        "redis_nodes": sorted(names),
+        "load_core": o.load_core,
+    }
 
 
 def gateway_max(runs: Sequence[Mapping[str, Any]], scenario: str) -> float | None:
@@ -116,7 +111,62 @@ def open_rates(maxima: dict[str, float], fractions: Sequence[float]) -> dict[str
     }
 
 
-def open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str, float]]) -> None:
+def scaling(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    h = ctx.harness()
+
+    def steps(r: int) -> Iterator[Step]:
+        for scenario, path in (("sold_out", "sold-out"), ("reserve", "reserve ")):
+            measure = h.closed_sold_out if scenario == "sold_out" else h.closed_reserve
+            for workers in rotate(SCALING_WORKERS, r):
+                label, where = f"{path} gateway --workers {workers}", f"workers={workers}"
+                yield label, (scenario, where, r), partial(measure, "gateway", workers)
+
+    rec.repeats("scaling", ctx.args.repeats, steps, http_summary)
+    return {**_http_settings(ctx), "workers": list(SCALING_WORKERS)}
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    fractions: str = option("0.5,0.9", "of the gateway's closed-loop max")
+    soldout_max: float = option(0.0, "req/s (0: the closed section's)")
+    reserve_max: float = option(0.0, "req/s (0: the closed section's)")
+
+
+def _http_settings(ctx: Context) -> dict[str, Any]:
+    o = ctx.opts
+    return {
+        "duration_s": o.duration_s,
+        "repeats": ctx.args.repeats,
+        "warmup_s": o.warmup_s,
+        "server_core": o.server_core,
+        "load_core": o.load_core,
+        "all_cores": o.all_cores,
+        "soldout_connections": o.soldout_connections,
+        "reserve_connections": o.reserve_connections,
+        "reserve_stock": RESERVE_STOCK,
+        "reserve_shards": RESERVE_SHARDS,
+        "gateway_env": GATEWAY_ENV,
+    }
+
+
+def open_loop(ctx: Context, args: OpenOptions, rec: Recorder) -> dict[str, Any]:
+    closed = runs_of(ctx.results, "closed")
+    maxima: dict[str, float] = {}
+    basis = []
+    for scenario, given in (("sold_out", args.soldout_max), ("reserve", args.reserve_max)):
+        found = given or gateway_max(closed, scenario)
+        if found:
+            maxima[scenario] = found
+    if args.soldout_max or args.reserve_max:
+        basis.append("maxima set on the command line")
+    if closed:
+        basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
+    fractions = floats(args.fractions)
+    rates = open_rates(maxima, fractions)
+    if not rates:
+        print("[open loop] skipped: no closed-loop maximum (run the closed section first)")
+    h = ctx.harness()
+
     def steps(r: int) -> Iterator[Step]:
         for key, plan in rates.items():
             scenario = key.split("@", 1)[0]
@@ -127,15 +177,12 @@ def open_loop(h: Harness, rec: Recorder, repeats: int, rates: dict[str, dict[str
                 label = f"{scenario:<8} {subject:<9} at {offered:,.0f}/s ({plan['fraction']:.0%})"
                 yield label, (key, subject, r), partial(measure, subject, offered)
 
-    _repeat(rec, "open loop", repeats, steps)
-
-
-def scaling(h: Harness, rec: Recorder, repeats: int) -> None:
-    def steps(r: int) -> Iterator[Step]:
-        for scenario, path in (("sold_out", "sold-out"), ("reserve", "reserve ")):
-            measure = h.closed_sold_out if scenario == "sold_out" else h.closed_reserve
-            for workers in rotate(SCALING_WORKERS, r):
-                label, where = f"{path} gateway --workers {workers}", f"workers={workers}"
-                yield label, (scenario, where, r), partial(measure, "gateway", workers)
-
-    _repeat(rec, "scaling", repeats, steps)
+    rec.repeats("open loop", ctx.args.repeats, steps, http_summary)
+    return {
+        **_http_settings(ctx),
+        "open_connections": ctx.opts.open_connections,
+        "open_warmup_s": ctx.opts.open_warmup_s,
+        "fractions": fractions,
+        "open_rates": rates,
+        "max_basis": "; ".join(basis) or "none",
+    }

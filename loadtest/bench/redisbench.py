@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from redis import Redis
@@ -39,18 +39,6 @@ class Node:
     name: str  # how the report names it
     port: int
     cluster: bool
-
-
-@dataclass(frozen=True, slots=True)
-class RedisResult:
-    ops_per_s: float
-    p50_ms: float
-    p99_ms: float
-    calls: int
-    reserved: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def stack_primary(ports: list[int]) -> int:
@@ -87,8 +75,9 @@ def _tag(node: Node, client: Redis) -> str:
     raise RuntimeError(f"no hash tag found for {node.name}")
 
 
-def run(node: Node, pipeline: int, calls: int, clients: int, core: int) -> RedisResult:
-    """One redis-benchmark run of ``calls`` reserve calls against ``node``."""
+def run(node: Node, pipeline: int, calls: int, clients: int, core: int) -> dict[str, Any]:
+    """One redis-benchmark run of ``calls`` reserve calls against ``node``: EVALSHA/s, p50 and
+    p99, the calls and how many reserved."""
     with Redis(port=node.port, socket_timeout=30) as client:
         tag = _tag(node, client)
         keys = [f"{tag}:{name}" for name in ("stock", "buyers", "orders", "outbox")]
@@ -100,28 +89,11 @@ def run(node: Node, pipeline: int, calls: int, clients: int, core: int) -> Redis
             raise RuntimeError(f"reserve script probe returned {probe!r}")
         payload = encode(OrderPlaced("0" * 36, 1, 1, 0, 0, 1_700_000_000_000, 1_700_000_600_000))
         argv = [
-            "redis-benchmark",
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(node.port),
-            "-n",
-            str(calls),
-            "-c",
-            str(clients),
-            "-P",
-            str(pipeline),
-            "-r",
-            str(RANDOM_RANGE),
-            "--csv",
-            "EVALSHA",
-            RESERVE.sha,
-            "4",
-            *keys,
-            "__rand_int__",
-            "order-__rand_int__",
+            "redis-benchmark", "-h", "127.0.0.1", "-p", str(node.port), "-n", str(calls),
+            "-c", str(clients), "-P", str(pipeline), "-r", str(RANDOM_RANGE), "--csv",
+            "EVALSHA", RESERVE.sha, "4", *keys, "__rand_int__", "order-__rand_int__",
             payload.decode(),
-        ]
+        ]  # fmt: skip
         try:
             done = subprocess.run(
                 pinned(core, argv), capture_output=True, text=True, timeout=600, check=False
@@ -136,10 +108,10 @@ def run(node: Node, pipeline: int, calls: int, clients: int, core: int) -> Redis
     if len(rows) < 2 or rows[0][-7:] != list(CSV_TAIL):
         raise RuntimeError(f"unexpected redis-benchmark CSV: {done.stdout[-500:]}")
     row = dict(zip(CSV_TAIL, rows[-1][-7:], strict=True))
-    return RedisResult(
-        ops_per_s=float(row["rps"]),
-        p50_ms=float(row["p50_latency_ms"]),
-        p99_ms=float(row["p99_latency_ms"]),
-        calls=calls,
-        reserved=reserved,
-    )
+    return {
+        "ops_per_s": float(row["rps"]),
+        "p50_ms": float(row["p50_latency_ms"]),
+        "p99_ms": float(row["p99_latency_ms"]),
+        "calls": calls,
+        "reserved": reserved,
+    }

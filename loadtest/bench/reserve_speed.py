@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,14 +36,14 @@ import httpx
 
 from flashsale import stack
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
-from kernel.settings import PROJECT_ROOT, Settings
+from kernel.settings import PROJECT_ROOT
 from loadtest.bench import results as store
 from loadtest.bench import sale, servers, topics
-from loadtest.bench.context import Context
-from loadtest.bench.harness import GATEWAY_ENV
+from loadtest.bench.context import Context, floats, option
+from loadtest.bench.harness import GATEWAY_ENV, Harness
 from loadtest.bench.report import fmt
-from loadtest.bench.stats import figure, paired_ratio, select
-from loadtest.generators import openloop, tokens, wrk
+from loadtest.bench.stats import Run, figure, paired_ratio, select
+from loadtest.generators import openloop, wrk
 from loadtest.generators import vegeta as vegeta_gen
 from loadtest.measure import cpu, stamps
 from loadtest.measure import trees as trees_mod
@@ -56,21 +56,18 @@ SECTION = "reserve_speed"
 
 @dataclass(frozen=True)
 class SpeedOptions:
-    naive: bool = field(default=True, metadata={"help": "the naive gateway in closed loop too"})
-    open_rounds: int = field(default=1, metadata={"help": "open-loop rounds"})
-    duration: float = field(default=6.0, metadata={"help": "seconds per measured run"})
-    warmup: float = field(default=2.0, metadata={"help": "wrk warm-up seconds"})
-    fractions: str = field(default="0.5,0.9", metadata={"help": "open-loop rates, of each max"})
-    rates: str = field(default="", metadata={"help": "open-loop req/s instead of fractions"})
-    ceiling: bool = field(default=False, metadata={"help": "each generator against nginx"})
-    vegeta: str = field(
-        default="auto",
-        metadata={"help": "vegeta binary beside openloop (auto: the one on PATH; empty: none)"},
+    naive: bool = option(True, "the naive gateway in closed loop too")
+    open_rounds: int = option(1, "open-loop rounds")
+    duration: float = option(6.0, "seconds per measured run")
+    warmup: float = option(2.0, "wrk warm-up seconds")
+    fractions: str = option("0.5,0.9", "open-loop rates, of each max")
+    rates: str = option("", "open-loop req/s instead of fractions")
+    ceiling: bool = option(False, "each generator against nginx")
+    vegeta: str = option(
+        "auto", "vegeta binary beside openloop (auto: the one on PATH; empty: none)"
     )
-    profile: float = field(default=0.0, metadata={"help": "py-spy seconds, first tree's run"})
-    stamps: bool = field(
-        default=False, metadata={"help": "a stamped copy of the current code too: time per stage"}
-    )
+    profile: float = option(0.0, "py-spy seconds, first tree's run")
+    stamps: bool = option(False, "a stamped copy of the current code too: time per stage")
 
     @property
     def vegeta_bin(self) -> str:
@@ -83,41 +80,18 @@ CONNECTIONS = 256
 PORTS = range(18300, 18390)
 
 
-def vegeta(
-    core: int,
-    binary: str,
-    workdir: Path,
-    targets: Path | None,
-    url: str,
-    rate: float,
-    seconds: float,
-    warmup_s: float,
-) -> dict[str, Any]:
-    """One vegeta attack pinned to the load core, at most CONNECTIONS connections."""
-    results = workdir / "vegeta.bin"
-    attack = vegeta_gen.start(
-        binary, url, rate=rate, seconds=seconds + warmup_s, core=core,
-        connections=CONNECTIONS, results=results, target_file=targets,
-    )  # fmt: skip
-    hits = vegeta_gen.finish(binary, attack, results, seconds + warmup_s + 90)
-    return vegeta_gen.summary(hits, rate, int(rate * warmup_s))
-
-
 class Bench:
-    def __init__(
-        self, cfg: Settings, opts: SpeedOptions, workdir: Path, cores: tuple[int, int]
-    ) -> None:
-        self.cfg = cfg
-        self.server_core, self.load_core = cores
+    """The trees' gateways on a port of the section's own; the sale, buyers, token files and
+    shard keys are the harness's."""
+
+    def __init__(self, h: Harness, opts: SpeedOptions) -> None:
+        self.h, self.cfg, self.workdir, self.shards = h, h.cfg, h.workdir, h.shards
+        self.server_core, self.load_core = h.opts.server_core, h.opts.load_core
         self.opts = opts
         self.profile_now = opts.profile > 0
-        self.workdir = workdir
-        self.buyers = tokens.BuyerIds()
         self.taken: set[int] = set()
         self.port = free_port(self.taken, PORTS)
-        self.shards = sale.Shards(cfg)
         self.env: dict[str, str] = {}
-        self.made: sale.BenchSale | None = None
         self.open_runs = 0
 
     @contextmanager
@@ -146,23 +120,20 @@ class Bench:
         )
 
     def item(self, tree: Tree | None) -> sale.Item:
-        assert self.made is not None
-        return self.made.naive if tree is None else self.made.gateway
+        made = self.h.made_sale()
+        return made.naive if tree is None else made.gateway
 
     def url(self, tree: Tree | None) -> str:
         return f"http://127.0.0.1:{self.port}{self.item(tree).path}"
-
-    def token_file(self, name: str, count: int) -> Path:
-        return tokens.write(self.cfg, self.workdir / f"{name}.tokens", self.buyers.take(count))
 
     def closed(self, tree: Tree | None) -> dict[str, Any]:
         o = self.opts
         with self.gateway(tree) as session:
             url = self.url(tree)
-            warm = self.token_file("warm", 20_000)
+            warm = self.h.token_file("warm", 20_000)
             wrk.run(url, o.warmup, CONNECTIONS, self.load_core, (warm, 0, 20_000))
             count = 12_000 * int(o.duration) + 5_000
-            token_file = self.token_file("closed", count)
+            token_file = self.h.token_file("closed", count)
             profile = self._profiler(session) if tree is not None and self.profile_now else None
             with self.used(session) as use:
                 result = wrk.run(
@@ -221,7 +192,7 @@ class Bench:
                     tools[self.open_runs % len(tools) :] + tools[: self.open_runs % len(tools)]
                 ):
                     count = int(rate * (o.duration + 1)) + 1
-                    token_file = self.token_file(f"open-{tool}", count)
+                    token_file = self.h.token_file(f"open-{tool}", count)
                     profile = self._profiler(session) if self.profile_now else None
                     with self.used(session) as use:
                         fig, answers = self._open_tool(tool, url, rate, token_file, count)
@@ -241,25 +212,35 @@ class Bench:
         self, tool: str, url: str, rate: float, token_file: Path, count: int
     ) -> tuple[dict[str, Any], int]:
         """One open-loop run with ``tool``: its figures and how many requests it answered."""
-        o = self.opts
         if tool == "openloop":
-            m = openloop.measure(
-                url, rate=rate, duration_s=o.duration, warmup_s=1,
-                connections=CONNECTIONS, core=self.load_core, tokens=token_file,
-                timeout_s=o.duration + 150,
-            )  # fmt: skip
+            m = self._openloop(url, rate, token_file)
             fig = {k: m[k] for k in ("p50_ms", "p99_ms", "p999_ms", "max_ms")}
             fig.update(statuses=m["statuses"], throughput_rps=m["throughput_rps"])
             fig["send_lag_p99_ms"] = m["dispatch_lag_p99_ms"]
-            answers = m["answered_total"]
-        else:
-            lines = token_file.read_bytes().split(b"\n")[:count]
-            targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
-            fig = vegeta(
-                self.load_core, o.vegeta_bin, self.workdir, targets, url, rate, o.duration, 1
-            )
-            answers = int(rate * (o.duration + 1))
-        return fig, answers
+            return fig, m["answered_total"]
+        lines = token_file.read_bytes().split(b"\n")[:count]
+        targets = vegeta_gen.targets(self.workdir / "targets.txt", url, lines)
+        return self._vegeta(url, rate, targets), int(rate * (self.opts.duration + 1))
+
+    def _openloop(self, url: str, rate: float, tokens: Path | None = None) -> dict[str, Any]:
+        """The project's generator: 1 s of warm-up, then the run, pinned to the load core."""
+        o = self.opts
+        return openloop.measure(
+            url, rate=rate, duration_s=o.duration, warmup_s=1, connections=CONNECTIONS,
+            core=self.load_core, tokens=tokens, timeout_s=o.duration + 150,
+        )  # fmt: skip
+
+    def _vegeta(self, url: str, rate: float, targets: Path | None = None) -> dict[str, Any]:
+        """vegeta, the same way: one attack of 1 s of warm-up and the run, pinned to the load
+        core, at most CONNECTIONS connections; its figures."""
+        binary, seconds = self.opts.vegeta_bin, self.opts.duration + 1
+        results = self.workdir / "vegeta.bin"
+        attack = vegeta_gen.start(
+            binary, url, rate=rate, seconds=seconds, core=self.load_core,
+            connections=CONNECTIONS, results=results, target_file=targets,
+        )  # fmt: skip
+        hits = vegeta_gen.finish(binary, attack, results, seconds + 90)
+        return vegeta_gen.summary(hits, rate, int(rate))
 
     def ceilings(self, rate: float) -> list[dict[str, Any]]:
         """Each generator against nginx ``return 410`` at ``rate``: can it offer it?"""
@@ -270,22 +251,10 @@ class Bench:
         with servers.running(
             "nginx-speed", argv, http_ready(url, 410), self.workdir, self.server_core
         ):
-            m = openloop.measure(
-                url, rate=rate, duration_s=self.opts.duration, warmup_s=1,
-                connections=CONNECTIONS, core=self.load_core, timeout_s=self.opts.duration + 150,
-            )  # fmt: skip
+            m = self._openloop(url, rate)
             rows.append(_ceiling("openloop", rate, m["throughput_rps"], m["dispatch_lag_p99_ms"]))
             if self.opts.vegeta_bin:
-                v = vegeta(
-                    self.load_core,
-                    self.opts.vegeta_bin,
-                    self.workdir,
-                    None,
-                    url,
-                    rate,
-                    self.opts.duration,
-                    1,
-                )
+                v = self._vegeta(url, rate)
                 rows.append(_ceiling("vegeta", rate, v["throughput_rps"], v["send_lag_p99_ms"]))
         for row in rows:
             print(f"[ceiling] {row}", flush=True)
@@ -321,10 +290,8 @@ def _worker_pid(session: int) -> int:
 
 def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, Any]:
     """The section: every tree of ``--compare`` (and the current code) in every round."""
-    cfg = ctx.cfg
-    workdir = ctx.workdir / "reserve-speed"
-    workdir.mkdir(exist_ok=True)
-    bench = Bench(cfg, opts, workdir, (ctx.opts.server_core, ctx.opts.load_core))
+    cfg, h = ctx.cfg, ctx.own_harness("reserve-speed")
+    workdir, bench = h.workdir, Bench(h, opts)
     trees = [*(trees_mod.check_out(w, workdir / "trees") for w in ctx.compare), trees_mod.CURRENT]
     stamps_dir = workdir / "stamps"
     if opts.stamps:
@@ -335,7 +302,7 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
         bench.env = env
         try:
             with bench.gateway(trees[0]):
-                bench.made = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
+                h.bench_sale = sale.create(f"http://127.0.0.1:{bench.port}", cfg, hours=2)
             for r in range(ctx.args.repeats):
                 for subject in store.rotate(subjects, r):
                     name = subject.name if subject else "naive"
@@ -353,24 +320,21 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
             for r in range(opts.open_rounds):
                 for tree in store.rotate(trees, r):
                     top = medians.get(tree.name, 0.0)
-                    fractions = _floats(opts.fractions)
-                    rates = _floats(opts.rates) or [round(top * f, -1) for f in fractions]
+                    fractions = floats(opts.fractions)
+                    rates = floats(opts.rates) or [round(top * f, -1) for f in fractions]
                     for row in bench.open(tree, rates):
                         rec.record(
                             f"open@{row['rate']:g}", f"{tree.name}/{row['tool']}", r, row, []
                         )
             if opts.open_rounds and opts.ceiling and medians:
                 top = max(
-                    _floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
+                    floats(opts.rates) or [medians[t.name] for t in trees if t.name in medians]
                 )
-                fraction = 1.0 if opts.rates else max(_floats(opts.fractions))
+                fraction = 1.0 if opts.rates else max(floats(opts.fractions))
                 for row in bench.ceilings(round(2 * top * fraction, -1)):
                     rec.record("ceiling", row["tool"], 0, row, [])
         finally:
-            if bench.made is not None:
-                for item in bench.made.items:
-                    bench.shards.drop(item)
-            bench.shards.close()
+            h.close()
     # One file per stamped gateway process (one a run): each run's stages.
     for i, page in enumerate(sorted(stamps_dir.glob("stages-*.json"))):
         rec.record("stages", "stamped", i, stamps.summary(json.loads(page.read_text())), [])
@@ -388,16 +352,9 @@ def measure(ctx: Context, opts: SpeedOptions, rec: store.Recorder) -> dict[str, 
     }
 
 
-STAGE_FIGURES = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
-
-
 def _latency(m: dict[str, Any], key: str) -> float:
     """The project generator's ``p99_ms``, or vegeta's from the intended send time."""
     return float(m.get(f"{key}_ms", m.get(f"{key}_ms_intended", 0.0)))
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x]
 
 
 def _brief_closed(m: dict[str, Any]) -> str:
@@ -410,12 +367,27 @@ def _brief_closed(m: dict[str, Any]) -> str:
 # --- its part of bench.md ---------------------------------------------------------------------
 
 
+def _closed_row(mine: list[Run], base: list[Run], name: str) -> list[str]:
+    return [
+        name,
+        fmt.spread(figure(mine, "rps")),
+        fmt.ratio(paired_ratio(mine, base, "rps")),
+        fmt.spread(figure(mine, "cpu_us_per_202"), fmt.ms),
+        fmt.spread(figure(mine, "p99_ms"), fmt.ms),
+        fmt.spread(figure(mine, "load_core_busy"), fmt.pct),
+    ]
+
+
 def render(data: store.Section) -> list[str]:
     runs = [r for r in data["runs"] if r["metrics"]]
     s = data["settings"]
     names = [t["name"] for t in s["trees"]] + (["naive"] if s.get("naive") else [])
     closed = [r for r in runs if r["scenario"] == "closed"]
     base = names[0]
+
+    def of(name: str) -> list[Run]:
+        return select(closed, SECTION, "closed", name)
+
     shown = ", ".join(f"`{t['name']}` ({t['root']})" for t in s["trees"])
     out = [
         "## The reserve path, code trees side by side",
@@ -428,28 +400,8 @@ def render(data: store.Section) -> list[str]:
         "",
         *fmt.table(
             ["tree", "closed req/s", f"÷ {base}", "CPU µs per 202", "p99 ms", "load core busy"],
-            [
-                [
-                    name,
-                    fmt.spread(figure(select(closed, SECTION, "closed", name), "rps")),
-                    fmt.ratio(
-                        paired_ratio(
-                            select(closed, SECTION, "closed", name),
-                            select(closed, SECTION, "closed", base),
-                            "rps",
-                        )
-                    ),
-                    fmt.spread(
-                        figure(select(closed, SECTION, "closed", name), "cpu_us_per_202"), fmt.ms
-                    ),
-                    fmt.spread(figure(select(closed, SECTION, "closed", name), "p99_ms"), fmt.ms),
-                    fmt.spread(
-                        figure(select(closed, SECTION, "closed", name), "load_core_busy"), fmt.pct
-                    ),
-                ]
-                for name in names
-            ],
-        ),  # fmt: skip
+            [_closed_row(of(name), of(base), name) for name in names],
+        ),
     ]
     opened = [r for r in runs if r["scenario"].startswith("open@")]
     if opened:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict, TypeVar
@@ -25,6 +25,8 @@ SECTIONS_DIR = REPORTS_DIR / "sections"
 Results = dict[str, Any]
 Section = dict[str, Any]
 Summarize = Callable[[dict[str, Any]], str]
+# One measured run of a repeat: its progress label, where it is recorded, and how it is measured.
+Step = tuple[str, tuple[str, str, int], Callable[[], tuple[dict[str, Any], list[str]]]]
 T = TypeVar("T")
 
 
@@ -101,6 +103,15 @@ class Recorder:
         took = time.monotonic() - started
         print(f" {summarize(metrics)} ({took:.0f} s){flag}", flush=True)
         return self.record(scenario, subject, repeat, metrics, problems)
+
+    def repeats(
+        self, title: str, repeats: int, steps: Callable[[int], Iterable[Step]], summarize: Summarize
+    ) -> None:
+        """Every repeat's steps (``steps(repeat)``), each one a ``step``, after a progress line."""
+        for r in range(repeats):
+            print(f"[{title}] repeat {r + 1}/{repeats}", flush=True)
+            for label, where, run in steps(r):
+                self.step(label, where, run, summarize)
 
 
 def begin() -> dict[str, Any]:

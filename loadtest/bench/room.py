@@ -21,8 +21,9 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import httpx
@@ -32,9 +33,10 @@ from gateway.auth import sign_token
 from kernel.settings import Settings
 from loadtest.bench import results as store
 from loadtest.bench import servers
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Measured
 from loadtest.bench.report import fmt
+from loadtest.bench.results import Step
 from loadtest.constants import BENCH_PORTS
 from loadtest.generators import tokens, wrk
 from loadtest.measure import cpu
@@ -93,8 +95,8 @@ def _setup(base: str, cfg: Settings) -> tuple[str, str, dict[str, str], str]:
 
 @dataclass(frozen=True)
 class RoomOptions:
-    seconds: float = field(default=5.0, metadata={"help": "seconds per round"})
-    connections: int = field(default=64, metadata={"help": "wrk connections"})
+    seconds: float = option(5.0, "seconds per round")
+    connections: int = option(64, "wrk connections")
 
 
 PATHS = ("sold out", "poll", "join")
@@ -110,7 +112,16 @@ def measure(ctx: Context, opts: RoomOptions, rec: store.Recorder) -> dict[str, A
     with servers.running("room-gateway", argv, ready, ctx.log_dir, o.server_core, env) as gw:
         sold_out, poll_url, ticket, join_url = _setup(base, cfg)
         buyers = tokens.BuyerIds()
-        for r in range(ctx.args.repeats):
+
+        def one(load: Callable[[], wrk.WrkResult]) -> Measured:
+            # The gateway's own CPU per request: what a path costs, whatever else runs on this
+            # shared machine (its throughput varies with that).
+            with cpu.used(gw.pid) as use:
+                result = load()
+            problems = [f"{result.socket_errors} socket errors"] * bool(result.socket_errors)
+            return {**result.as_dict(), **use.figures(result.requests)}, problems
+
+        def steps(r: int) -> Iterator[Step]:
             token_file = tokens.write(cfg, ctx.workdir / "join.tokens", buyers.take(200_000))
             loads: dict[str, Callable[[], wrk.WrkResult]] = {
                 "sold out": lambda: wrk.run(sold_out, opts.seconds, opts.connections, o.load_core),
@@ -119,22 +130,13 @@ def measure(ctx: Context, opts: RoomOptions, rec: store.Recorder) -> dict[str, A
                 ),
                 "join": lambda: wrk.run(
                     join_url, opts.seconds, opts.connections, o.load_core,
-                    tokens=(token_file, 0, 200_000),  # noqa: B023 - called in this pass
+                    tokens=(token_file, 0, 200_000),
                 ),
             }  # fmt: skip
             for name in store.rotate(PATHS, r):
+                yield f"{name} #{r + 1}", ("room", name, r), partial(one, loads[name])
 
-                def one(load: Callable[[], wrk.WrkResult] = loads[name]) -> Measured:
-                    # The gateway's own CPU per request: what a path costs, whatever else
-                    # runs on this shared machine (its throughput varies with that).
-                    with cpu.used(gw.pid) as use:
-                        result = load()
-                    problems = [f"{result.socket_errors} socket errors"] * bool(
-                        result.socket_errors
-                    )
-                    return {**result.as_dict(), **use.figures(result.requests)}, problems
-
-                rec.step(f"{name} #{r + 1}", ("room", name, r), one, _brief)
+        rec.repeats("room", ctx.args.repeats, steps, _brief)
     return {**dataclasses.asdict(opts), "repeats": ctx.args.repeats, "core": o.server_core}
 
 

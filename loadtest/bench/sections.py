@@ -13,7 +13,6 @@ import argparse
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from loadtest.bench import (
@@ -23,25 +22,19 @@ from loadtest.bench import (
     loadgen,
     overload,
     phases,
-    redisbench,
     reserve_speed,
     room,
     starvation,
     techniques,
-    voucherbench,
+    voucher_load,
     wait_cost,
-    writerbench,
+    writer_load,
 )
 from loadtest.bench import results as store
 from loadtest.bench.context import Context
-from loadtest.bench.harness import GATEWAY_ENV
 from loadtest.bench.report import http as report_http
 from loadtest.bench.report import pipeline as report_pipeline
 from loadtest.bench.report import techniques as report_techniques
-from loadtest.bench.sale import RESERVE_SHARDS, RESERVE_STOCK
-from loadtest.constants import BENCH_PORTS
-from loadtest.generators import tokens
-from rig.ports import free_port
 
 Got = Mapping[str, store.Section]
 
@@ -88,162 +81,6 @@ def options_of(args: argparse.Namespace, spec: Spec) -> Any:
     return spec.options(**{**given, **(spec.quick if args.quick else {})})
 
 
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
-@dataclass(frozen=True)
-class OpenOptions:
-    fractions: str = field(default="0.5,0.9", metadata=_help("of the gateway's closed-loop max"))
-    soldout_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
-    reserve_max: float = field(default=0.0, metadata=_help("req/s (0: the closed section's)"))
-
-
-@dataclass(frozen=True)
-class SpikeOptions:
-    units: int = field(default=10_000, metadata=_help("stock of the spike's item"))
-    buyers: int = field(default=200_000, metadata=_help("distinct buyers, each once"))
-    shards: int = field(default=8, metadata=_help("shards of the item"))
-    connections: int = field(default=256, metadata=_help("wrk connections"))
-
-
-@dataclass(frozen=True)
-class WriterOptions:
-    orders: int = field(default=20_000, metadata=_help("orders per writer run"))
-    orders_at_1: int = field(default=2_000, metadata=_help("orders at batch 1 (it drains slowly)"))
-
-
-@dataclass(frozen=True)
-class TechniquesOptions:
-    clients: str = field(default="1,8,64", metadata=_help("concurrent clients, levels"))
-    attempts: int = field(default=techniques.ATTEMPTS, metadata=_help("attempts per trial"))
-    units: int = field(default=techniques.UNITS, metadata=_help("stock of the contended item"))
-
-
-def _http_settings(ctx: Context) -> dict[str, Any]:
-    o = ctx.opts
-    return {
-        "duration_s": o.duration_s,
-        "repeats": ctx.args.repeats,
-        "warmup_s": o.warmup_s,
-        "server_core": o.server_core,
-        "load_core": o.load_core,
-        "all_cores": o.all_cores,
-        "soldout_connections": o.soldout_connections,
-        "reserve_connections": o.reserve_connections,
-        "reserve_stock": RESERVE_STOCK,
-        "reserve_shards": RESERVE_SHARDS,
-        "gateway_env": GATEWAY_ENV,
-    }
-
-
-def run_closed(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    phases.closed(ctx.harness(), rec, ctx.args.repeats)
-    return _http_settings(ctx)
-
-
-def run_redis(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    nodes = phases.redis(ctx.harness(with_sale=False), rec, ctx.args.repeats)
-    o = ctx.opts
-    return {
-        "repeats": ctx.args.repeats,
-        "redis_clients": o.redis_clients,
-        "redis_calls": o.redis_calls,
-        "redis_random_range": redisbench.RANDOM_RANGE,
-        "redis_nodes": nodes,
-        "load_core": o.load_core,
-    }
-
-
-def run_open(ctx: Context, args: OpenOptions, rec: store.Recorder) -> dict[str, Any]:
-    closed = store.runs_of(ctx.results, "closed")
-    maxima: dict[str, float] = {}
-    basis = []
-    for scenario, given in (("sold_out", args.soldout_max), ("reserve", args.reserve_max)):
-        found = given or phases.gateway_max(closed, scenario)
-        if found:
-            maxima[scenario] = found
-    if args.soldout_max or args.reserve_max:
-        basis.append("maxima set on the command line")
-    if closed:
-        basis.append(f"closed section of {ctx.results['sections']['closed']['started_at']}")
-    fractions = [float(f) for f in args.fractions.split(",") if f]
-    rates = phases.open_rates(maxima, fractions)
-    if not rates:
-        print("[open loop] skipped: no closed-loop maximum (run the closed section first)")
-    phases.open_loop(ctx.harness(), rec, ctx.args.repeats, rates)
-    return {
-        **_http_settings(ctx),
-        "open_connections": ctx.opts.open_connections,
-        "open_warmup_s": ctx.opts.open_warmup_s,
-        "fractions": fractions,
-        "open_rates": rates,
-        "max_basis": "; ".join(basis) or "none",
-    }
-
-
-def run_scaling(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    phases.scaling(ctx.harness(), rec, ctx.args.repeats)
-    return {**_http_settings(ctx), "workers": list(phases.SCALING_WORKERS)}
-
-
-def run_spike(ctx: Context, a: SpikeOptions, rec: store.Recorder) -> dict[str, Any]:
-    o, repeats = ctx.opts, ctx.args.repeats
-    plan = fullspike.Plan(
-        units=a.units,
-        shards=a.shards,
-        buyers=a.buyers,
-        connections=a.connections,
-        server_core=o.server_core,
-        load_core=o.load_core,
-        writer_cores=o.all_cores,
-        timeout_s=max(120.0, a.buyers / 500),
-    )
-    buyers = tokens.BuyerIds()
-    for r in range(repeats):
-        print(f"[spike] repeat {r + 1}/{repeats}", flush=True)
-        rec.step(
-            f"{plan.buyers:,} buyers for {plan.units:,} units",
-            ("spike", "gateway", r),
-            partial(fullspike.run_once, ctx.cfg, plan, ctx.workdir, ctx.log_dir, buyers),
-            _spike_summary,
-        )
-    return {**fullspike.settings(plan), "repeats": repeats}
-
-
-def _spike_summary(m: dict[str, Any]) -> str:
-    last = m.get("first_purchase_to_last_commit_s")
-    drained = f"{last:.2f} s first purchase → last commit" if last else "writer did not drain"
-    sellout = m["sellout_s"] or 0.0
-    return (
-        f"{m['rps']:,.0f} req/s, p99 {m['p99_ms']:.1f} ms, sold out in {sellout:.2f} s, {drained}"
-    )
-
-
-def run_writer(ctx: Context, a: WriterOptions, rec: store.Recorder) -> dict[str, Any]:
-    about = writerbench.run(rec, ctx.args.repeats, a.orders, a.orders_at_1)
-    return {**about, "repeats": ctx.args.repeats}
-
-
-def run_techniques(ctx: Context, a: TechniquesOptions, rec: store.Recorder) -> dict[str, Any]:
-    clients = [int(c) for c in a.clients.split(",") if c]
-    core, repeats = ctx.opts.load_core, ctx.args.repeats
-    about = techniques.run(rec, repeats, clients, a.attempts, a.units, core)
-    return {**about, "repeats": repeats}
-
-
-def run_vouchers(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    return {**voucherbench.run(rec, ctx.args.repeats), "repeats": ctx.args.repeats}
-
-
-def run_loadgen(ctx: Context, _: None, rec: store.Recorder) -> dict[str, Any]:
-    o = ctx.opts
-    port = free_port(set(), BENCH_PORTS)
-    cores = (o.server_core, o.load_core)
-    about = loadgen.run(rec, ctx.args.repeats, o.duration_s, port, cores, ctx.workdir, ctx.log_dir)
-    return {**about, "repeats": ctx.args.repeats}
-
-
 def _part(render: Callable[[store.Section], list[str]], name: str) -> Callable[[Got], list[str]]:
     return lambda got: render(got[name])
 
@@ -252,38 +89,41 @@ SECTIONS: dict[str, Spec] = {
     s.name: s
     for s in (
         Spec(
-            "closed", "(a) sold-out and (b) reserve path, closed loop", run_closed,
+            "closed", "(a) sold-out and (b) reserve path, closed loop", phases.closed,
             _part(report_http.closed, "closed"), ("wrk", "taskset", "nginx"),
         ),
         Spec(
-            "open", "latency at fixed offered rates", run_open,
-            _part(report_http.open_loop, "open"), ("taskset", "nginx"), OpenOptions,
+            "open", "latency at fixed offered rates", phases.open_loop,
+            _part(report_http.open_loop, "open"), ("taskset", "nginx"), phases.OpenOptions,
         ),
         Spec(
-            "redis", "(c) Redis, one core", run_redis, _part(report_http.redis, "redis"),
+            "redis", "(c) Redis, one core", phases.redis, _part(report_http.redis, "redis"),
             ("taskset", "redis-benchmark", "redis-server"),
         ),
         Spec(
-            "scaling", "1 vs 2 gateway processes", run_scaling,
+            "scaling", "1 vs 2 gateway processes", phases.scaling,
             _part(report_http.scaling, "scaling"), ("wrk", "taskset"),
         ),
         Spec(
-            "writer", "writer", run_writer, _part(report_pipeline.writer, "writer"), (),
-            WriterOptions, quick={"orders": 5_000, "orders_at_1": 500},
+            "writer", "writer", writer_load.section, _part(report_pipeline.writer, "writer"), (),
+            writer_load.WriterOptions, quick={"orders": 5_000, "orders_at_1": 500},
         ),
         Spec(
-            "spike", "full spike", run_spike,
+            "spike", "full spike", fullspike.measure,
             lambda got: report_pipeline.spike(got["spike"], got.get("closed")),
-            ("wrk", "taskset"), SpikeOptions, quick={"units": 2_000, "buyers": 40_000},
+            ("wrk", "taskset"), fullspike.SpikeOptions, quick={"units": 2_000, "buyers": 40_000},
         ),
         Spec(
-            "techniques", "anti-oversell techniques", run_techniques,
-            _part(report_techniques.techniques, "techniques"), ("taskset",), TechniquesOptions,
-            quick={"attempts": 2_000},
+            "techniques", "anti-oversell techniques", techniques.measure,
+            _part(report_techniques.techniques, "techniques"), ("taskset",),
+            techniques.TechniquesOptions, quick={"attempts": 2_000},
         ),
-        Spec("vouchers", "vouchers", run_vouchers, _part(report_pipeline.vouchers, "vouchers")),
         Spec(
-            "loadgen", "load generators", run_loadgen,
+            "vouchers", "vouchers", voucher_load.section,
+            _part(report_pipeline.vouchers, "vouchers"),
+        ),
+        Spec(
+            "loadgen", "load generators", loadgen.measure,
             lambda got: report_pipeline.loadgen(got["loadgen"], got.get("closed")),
             ("taskset", "nginx"),
         ),

@@ -42,22 +42,9 @@ def gateway_argv(port: int, workers: int = 1) -> list[str]:
 def granian_argv(target: str, port: int) -> list[str]:
     granian = str(Path(sys.executable).with_name("granian"))
     return [
-        granian,
-        "--interface",
-        "asgi",
-        "--loop",
-        "uvloop",
-        "--workers",
-        "1",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--backlog",
-        "4096",
-        "--no-access-log",
-        target,
-    ]
+        granian, "--interface", "asgi", "--loop", "uvloop", "--workers", "1",
+        "--host", "127.0.0.1", "--port", str(port), "--backlog", "4096", "--no-access-log", target,
+    ]  # fmt: skip
 
 
 def nginx_argv(port: int, prefix: Path) -> list[str]:
@@ -73,15 +60,6 @@ def nginx_argv(port: int, prefix: Path) -> list[str]:
 def redis_argv(port: int, workdir: Path) -> list[str]:
     """A throw-away Redis (no persistence) for measuring one Redis core on its own."""
     return [
-        shutil.which("redis-server") or "/usr/bin/redis-server",
-        "--bind",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--dir",
-        str(workdir),
-    ]
+        shutil.which("redis-server") or "/usr/bin/redis-server", "--bind", "127.0.0.1",
+        "--port", str(port), "--save", "", "--appendonly", "no", "--dir", str(workdir),
+    ]  # fmt: skip

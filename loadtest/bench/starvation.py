@@ -3,7 +3,7 @@ process, without and then with a connection-starvation attack (rig/attack.py: si
 and slowloris sockets, each reopened as soon as the entry point closes it), side by side.
 
 Both go to the entry point production uses (``--starvation-entry balancer``, the default): haproxy
-with the fleet's configuration in front of the gateway (loadtest/bench/overload.py's ``entry``), so
+with the fleet's configuration in front of the gateway (the harness's ``entry``), so
 the attack meets haproxy's timeouts; ``--starvation-entry gateway`` attacks the process itself. The
 gateway and haproxy run on core 0; the load, the attacker and the stack on core 1. bench.md gets a
 table: the purchase latency of the same load with and without the attack, and what the attacker saw
@@ -16,18 +16,18 @@ import dataclasses
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from flashsale.fleet.haproxy import Edge
 from kernel.fd_limit import raise_open_files_limit
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Harness
-from loadtest.bench.overload import entry, peak_rss_mb, rss_cell
+from loadtest.bench.overload import peak_rss_mb, rss_cell
 from loadtest.bench.report import fmt
 from loadtest.bench.servers import pinned
-from loadtest.generators import openloop, tokens
+from loadtest.generators import openloop
 from loadtest.measure import child
 from rig import attack
 
@@ -37,11 +37,9 @@ SETTLE_S = 4.0  # the attack's sockets all open, the first ones already closed a
 def run(
     h: Harness, rate: float, seconds: float, silent: int, slowloris: int, edge: Edge | None
 ) -> dict[str, Any]:
-    s = h.bench_sale
-    assert s is not None, "set_up_sale() first"
-    count = int(rate * (seconds + 1)) + 1
-    token_file = tokens.write(h.cfg, h.workdir / "starvation.tokens", h.buyers.take(count))
-    with h.server("gateway") as served, entry(h, served, edge) as (base, balancer):
+    s = h.made_sale()
+    token_file = h.token_file("starvation", int(rate * (seconds + 1)) + 1)
+    with h.server("gateway") as served, h.entry(served, edge) as (base, balancer):
         attacker = None
         if silent or slowloris:
             port = base.rsplit(":", 1)[1]
@@ -72,7 +70,6 @@ def run(
         finally:
             if attacker is not None:
                 attacker.kill()
-    assert h.shards is not None
     h.shards.clear_holds(s.gateway)
     return result
 
@@ -100,11 +97,11 @@ def table(rate: float, rows: list[tuple[str, dict[str, Any]]]) -> list[str]:
 
 @dataclass(frozen=True)
 class StarvationOptions:
-    rate: float = field(default=1000.0, metadata={"help": "purchases per second"})
-    seconds: float = field(default=10.0, metadata={"help": "measured seconds per run"})
-    silent: int = field(default=10_000, metadata={"help": "silent attack sockets"})
-    slowloris: int = field(default=1_000, metadata={"help": "slowloris attack sockets"})
-    entry: str = field(default="balancer", metadata={"help": "balancer (haproxy) or gateway"})
+    rate: float = option(1000.0, "purchases per second")
+    seconds: float = option(10.0, "measured seconds per run")
+    silent: int = option(10_000, "silent attack sockets")
+    slowloris: int = option(1_000, "slowloris attack sockets")
+    entry: str = option("balancer", "balancer (haproxy) or gateway")
 
     def __post_init__(self) -> None:
         if self.entry not in ("balancer", "gateway"):

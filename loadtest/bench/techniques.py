@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -27,6 +28,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 
 from kernel.settings import Settings, settings
 from loadtest.bench import guards
+from loadtest.bench.context import Context, option
 from loadtest.bench.results import Recorder, rotate
 from loadtest.measure import child, latency
 
@@ -151,25 +153,24 @@ async def run_all(
 
 def argv(names: Sequence[str], clients: Sequence[int], attempts: int, units: int) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "loadtest.bench.techniques",
-        "--only",
-        ",".join(names),
-        "--clients",
-        ",".join(str(c) for c in clients),
-        "--attempts",
-        str(attempts),
-        "--units",
-        str(units),
-    ]
+        sys.executable, "-m", "loadtest.bench.techniques", "--only", ",".join(names),
+        "--clients", ",".join(str(c) for c in clients), "--attempts", str(attempts),
+        "--units", str(units),
+    ]  # fmt: skip
 
 
-def run(
-    rec: Recorder, repeats: int, clients: Sequence[int], attempts: int, units: int, core: int
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TechniquesOptions:
+    clients: str = option("1,8,64", "concurrent clients, levels")
+    attempts: int = option(ATTEMPTS, "attempts per trial")
+    units: int = option(UNITS, "stock of the contended item")
+
+
+def measure(ctx: Context, a: TechniquesOptions, rec: Recorder) -> dict[str, Any]:
     """The ``techniques`` section: one subprocess per repeat, pinned to the load core, the
     techniques' order rotated every repeat. Returns the section's settings."""
+    clients = [int(c) for c in a.clients.split(",") if c]
+    attempts, units, core, repeats = a.attempts, a.units, ctx.opts.load_core, ctx.args.repeats
     for r in range(repeats):
         names = rotate(NAMES, r)
         print(f"[techniques] repeat {r + 1}/{repeats}", flush=True)
@@ -198,6 +199,7 @@ def run(
         "tool_command": " ".join([f"taskset -c {core}", ".venv/bin/python", *shown[1:]]),
         "lock_ttl_ms": guards.LOCK_TTL_MS,
         "lock_wait_s": guards.LOCK_WAIT_S,
+        "repeats": repeats,
     }
 
 

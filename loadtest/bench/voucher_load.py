@@ -9,6 +9,8 @@ clients send ``--attempts`` reservations with distinct orderIds and customers (c
 the one code. Prints JSON: overall reservations/s per kind and their ratio (ordinary = the
 baseline), grants/s until the last use went, latency percentiles, and the answers. The run is
 checked: exactly ``--uses`` 201s per kind and ``used_count`` = ``--uses`` once the writer drained.
+
+The ``vouchers`` section (``section``) runs it as a subprocess per repeat.
 """
 
 from __future__ import annotations
@@ -30,17 +32,20 @@ import asyncpg
 
 from flashsale.stack.processes import http_ready, process_group, settings_env, wait_ready
 from kernel.settings import Settings, settings
+from loadtest.bench.context import Context
+from loadtest.bench.results import Recorder
 from loadtest.bench.topics import scratch_topics
 from loadtest.constants import VOUCHER_BENCH_PORT
-from loadtest.measure import latency
+from loadtest.measure import child, latency
 
+MODULE = "loadtest.bench.voucher_load"
+TIMEOUT_S = 1200
+KINDS = ("flash", "ordinary")
 TOPIC_PARTITIONS = 6
 READY_TIMEOUT_S = 30.0
 # A 250 ms Redis deadline on this shared 2-core box turns scheduling hiccups into 503s, and
 # every reservation must be decided for the counts to check: the tests' 1 s deadline.
 REDIS_TIMEOUT_MS = 1000
-
-
 RESULT_PREFIX = "VOUCHERS_JSON "
 
 
@@ -143,7 +148,7 @@ async def bench(base: str, cfg: Settings, uses: int, attempts: int, concurrency:
     connector = aiohttp.TCPConnector(limit=concurrency)
     try:
         async with aiohttp.ClientSession(base, connector=connector) as http:
-            for kind in ("flash", "ordinary"):
+            for kind in KINDS:
                 warm = await create(http, cfg, kind, concurrency)
                 await burst(http, cfg, warm, concurrency * 2, concurrency)  # connections, caches
                 code = await create(http, cfg, kind, uses)
@@ -165,6 +170,45 @@ async def bench(base: str, cfg: Settings, uses: int, attempts: int, concurrency:
         "concurrency": concurrency,
         **results,
     }
+
+
+def _child() -> dict[str, Any]:
+    argv = [sys.executable, "-m", MODULE]
+    report = child.summary(argv, RESULT_PREFIX, what=MODULE, timeout_s=TIMEOUT_S)
+    for key in ("flash_rps", "ordinary_rps", "ratio"):
+        if key not in report:
+            raise RuntimeError(f"{MODULE} printed no {key!r}")
+    return report
+
+
+def section(ctx: Context, _: None, rec: Recorder) -> dict[str, Any]:
+    repeats = ctx.args.repeats
+    command = f".venv/bin/python -m {MODULE}"
+    about: dict[str, Any] = {}
+    for r in range(repeats):
+        print(f"[vouchers] repeat {r + 1}/{repeats} ...", end="", flush=True)
+        started = time.monotonic()
+        try:
+            report = _child()
+        except Exception as exc:  # noqa: BLE001 - record it, keep measuring the others
+            print(f" FAILED: {exc}", flush=True)
+            for kind in KINDS:
+                rec.record("one_code", kind, r, {}, [f"run failed: {str(exc)[:300]}"])
+            continue
+        about = {k: report[k] for k in ("uses", "attempts", "concurrency") if k in report}
+        for kind in KINDS:
+            detail = report.get(kind, {})
+            metrics = {"rps": float(report[f"{kind}_rps"])}
+            metrics.update({k: v for k, v in detail.items() if isinstance(v, int | float)})
+            metrics["answers"] = detail.get("answers", {})
+            rec.record("one_code", kind, r, metrics, [])
+        took = time.monotonic() - started
+        print(
+            f" flash {report['flash_rps']:,.0f}/s, ordinary {report['ordinary_rps']:,.0f}/s,"
+            f" ratio {report['ratio']} ({took:.0f} s)",
+            flush=True,
+        )
+    return {"tool_command": command, **about, "repeats": repeats}
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ import dataclasses
 import statistics
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import uvloop
@@ -25,7 +25,7 @@ import uvloop
 from kernel.events import OrderPlaced, encode
 from kernel.settings import Settings
 from loadtest.bench import results as store
-from loadtest.bench.context import Context
+from loadtest.bench.context import Context, option
 from loadtest.bench.harness import Measured
 from loadtest.bench.report import fmt
 from loadtest.measure import latency
@@ -34,23 +34,10 @@ from shard_router import Outcome, ShardRouter, shard_keys
 _STOCK_PER_SHARD = 100_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class Round:
-    wait: bool
-    concurrency: int
-    reserved: int
-    seconds: float
-    p50_ms: float
-    p99_ms: float
-
-    @property
-    def per_s(self) -> float:
-        return self.reserved / self.seconds
-
-
 async def _round(
     cfg: Settings, wait: bool, concurrency: int, opts: WaitOptions, first_user: int
-) -> Round:
+) -> dict[str, Any]:
+    """One round's figures: reservations made, seconds, per second, a call's p50 and p99."""
     router = ShardRouter(dataclasses.replace(cfg, redis_wait_replicas=1 if wait else 0))
     await router.start()
     item = uuid.uuid4().int % 10**12 + 10**14
@@ -79,7 +66,15 @@ async def _round(
         await asyncio.gather(*(buyer() for _ in range(concurrency)))
         elapsed = time.perf_counter() - began
         found = latency.of_seconds(latencies)
-        return Round(wait, concurrency, len(latencies), elapsed, found.ms(50), found.ms(99))
+        return {
+            "wait": wait,
+            "concurrency": concurrency,
+            "reserved": len(latencies),
+            "seconds": elapsed,
+            "p50_ms": found.ms(50),
+            "p99_ms": found.ms(99),
+            "per_s": len(latencies) / elapsed,
+        }
     finally:
         for k in range(opts.shards):
             await router.client.delete(*shard_keys(item, k))
@@ -88,9 +83,9 @@ async def _round(
 
 @dataclass(frozen=True)
 class WaitOptions:
-    concurrency: str = field(default="1,16,256", metadata={"help": "concurrent callers, levels"})
-    seconds: float = field(default=3.0, metadata={"help": "length of one round"})
-    shards: int = field(default=6, metadata={"help": "shards of the item"})
+    concurrency: str = option("1,16,256", "concurrent callers, levels")
+    seconds: float = option(3.0, "length of one round")
+    shards: int = option(6, "shards of the item")
 
 
 def measure(ctx: Context, opts: WaitOptions, rec: store.Recorder) -> dict[str, Any]:
@@ -105,8 +100,7 @@ def measure(ctx: Context, opts: WaitOptions, rec: store.Recorder) -> dict[str, A
             first = (len(rec.runs) + 1) * 10**9
 
             def one(w: bool = wait, c: int = concurrency, u: int = first) -> Measured:
-                r = uvloop.run(_round(ctx.cfg, w, c, opts, first_user=u))
-                return {**dataclasses.asdict(r), "per_s": r.per_s}, []
+                return uvloop.run(_round(ctx.cfg, w, c, opts, first_user=u)), []
 
             where = (f"callers={concurrency}", "on" if wait else "off", i // 2)
             rec.step(f"{concurrency} callers, WAIT {where[1]}", where, one, _brief)

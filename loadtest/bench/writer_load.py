@@ -6,6 +6,9 @@ For each batch size: a fresh orders topic and item row, N orders produced up fro
 then one writer (fresh group) drains them. The rate is orders stored per second from the first
 batch to the last offset commit (group join excluded; ``wall_s`` includes it). Batch size 1
 drains fewer orders (``--orders-at-1``) to stay short. Needs the local stack.
+
+The ``writer`` section (``section``) runs it with ``--json`` as a subprocess per repeat, so the
+writer's event loop and the benchmark's never share a process; the batch of 1 is the baseline.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import json
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,16 +31,19 @@ from confluent_kafka import Producer
 from kernel.events import OrderPlaced, encode
 from kernel.ids import new_order_id
 from kernel.settings import Settings, settings
+from loadtest.bench.context import Context, option
+from loadtest.bench.results import Recorder, rotate
 from loadtest.bench.topics import scratch_topics
+from loadtest.measure import child
 from rig.sale import stored_item
-from writer.app import run
+from writer import app
 from writer.consumer import WriterStats
 
 SHARDS = 4
 HOUR_MS = 3_600_000
-
-
 RESULT_PREFIX = "WRITER_JSON "
+BATCH_SIZES = (1, 100, 1000)
+TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +103,7 @@ async def measure(cfg: Settings, pool: asyncpg.Pool, batch_size: int, orders: in
             writer_streams=("orders",),  # the orders path only
         )
         started = time.monotonic()
-        await run(run_cfg, metrics_port=None, once=True, stats=stats)
+        await app.run(run_cfg, metrics_port=None, once=True, stats=stats)
         wall = time.monotonic() - started
     stored = await pool.fetchval(
         "SELECT count(*) FROM flash_sale_order WHERE item_id = $1 AND status = 'PENDING'", item
@@ -123,6 +130,58 @@ async def bench(
     if base is None:
         return results
     return [dataclasses.replace(r, ratio_to_batch_1=r.orders_per_s / base) for r in results]
+
+
+@dataclass(frozen=True)
+class WriterOptions:
+    orders: int = option(20_000, "orders per writer run")
+    orders_at_1: int = option(2_000, "orders at batch 1 (it drains slowly)")
+
+
+def child_argv(batch_sizes: Sequence[int], orders: int, orders_at_1: int) -> list[str]:
+    return [
+        sys.executable, "-m", "loadtest.bench.writer_load",
+        "--batch-sizes", ",".join(str(b) for b in batch_sizes), "--orders", str(orders),
+        "--orders-at-1", str(orders_at_1), "--json",
+    ]  # fmt: skip
+
+
+def command(orders: int, orders_at_1: int) -> str:
+    shown = child_argv(BATCH_SIZES, orders, orders_at_1)
+    return " ".join([".venv/bin/python", *shown[1:]])
+
+
+def section(ctx: Context, a: WriterOptions, rec: Recorder) -> dict[str, Any]:
+    """Every repeat runs the batch sizes in a rotated order; returns the section's settings."""
+    repeats, orders, orders_at_1 = ctx.args.repeats, a.orders, a.orders_at_1
+    about: dict[str, Any] = {}
+    for r in range(repeats):
+        sizes = rotate(BATCH_SIZES, r)
+        print(f"[writer] repeat {r + 1}/{repeats}: batch sizes {sizes} ...", end="", flush=True)
+        started = time.monotonic()
+        try:
+            shown = child_argv(sizes, orders, orders_at_1)
+            report = child.summary(shown, RESULT_PREFIX, what="writer_load", timeout_s=TIMEOUT_S)
+        except Exception as exc:  # noqa: BLE001 - record it, keep measuring the others
+            print(f" FAILED: {exc}", flush=True)
+            for size in sizes:
+                rec.record("batch", str(size), r, {}, [f"run failed: {str(exc)[:300]}"])
+            continue
+        about = {k: v for k, v in report.items() if k != "results"}
+        figures = []
+        for result in report["results"]:
+            metrics = {k: v for k, v in result.items() if k != "ratio_to_batch_1"}
+            rec.record("batch", str(result["batch_size"]), r, metrics, [])
+            figures.append(f"{result['batch_size']}: {result['orders_per_s']:,.0f}/s")
+        print(f" {', '.join(figures)} ({time.monotonic() - started:.0f} s)", flush=True)
+    return {
+        "batch_sizes": list(BATCH_SIZES),
+        "orders": orders,
+        "orders_at_1": orders_at_1,
+        "writer_bench": about,
+        "tool_command": command(orders, orders_at_1),
+        "repeats": repeats,
+    }
 
 
 def _table(results: list[Result]) -> str:

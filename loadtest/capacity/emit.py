@@ -17,44 +17,42 @@ _DEFAULTS = Sizing(0, 0.0, 0.0, 0.0, 0.0, 0, 0, "")
 _PLANNED = {"forwarded_share", "balancer_cores"}
 
 
+# The options, in --help's order: (Sizing field, help); each is --<field>, its default and type
+# the field's (a bool one a switch).
+OPTIONS = (
+    ("image", "the project's container image"),
+    ("kubectl_image", "the scaler's image"),
+    ("redis_nodes", "Redis Cluster seed nodes"),
+    ("kafka_bootstrap", "Kafka bootstrap"),
+    ("idle_replicas", "gateways outside a sale"),
+    (
+        "sale_start",
+        "ISO 8601 (e.g. 2026-12-12T10:00:00Z): the pre-scale runs --prescale-lead-min before it;"
+        " none given: the pre-scale CronJob is rendered suspended",
+    ),
+    ("sale_end", "ISO 8601: scale back after it"),
+    ("prescale_lead_min", None),
+    ("haproxy_image", "the balancers' image"),
+    ("balancer_cores_per_pod", "haproxy threads (and cores requested) per balancer pod"),
+    ("namespace", "the namespace it all runs in"),
+    ("pod_cidr", "the pods' addresses: the balancers' among them"),
+    ("pg_port", "PostgreSQL's port"),
+    (
+        "monitoring",
+        "also a ServiceMonitor and a PrometheusRule (needs the Prometheus Operator's CRDs)",
+    ),
+    ("monitoring_namespace", "Prometheus's namespace"),
+)
+
+
 def k8s_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("Kubernetes (--emit k8s DIR)")
-    d = _DEFAULTS
-    group.add_argument("--image", default=d.image, help="the project's container image")
-    group.add_argument("--kubectl-image", default=d.kubectl_image, help="the scaler's image")
-    group.add_argument("--redis-nodes", default=d.redis_nodes, help="Redis Cluster seed nodes")
-    group.add_argument("--kafka-bootstrap", default=d.kafka_bootstrap, help="Kafka bootstrap")
-    group.add_argument(
-        "--idle-replicas", type=int, default=d.idle_replicas, help="gateways outside a sale"
-    )
-    group.add_argument(
-        "--sale-start",
-        default=d.sale_start,
-        help="ISO 8601 (e.g. 2026-12-12T10:00:00Z): the pre-scale runs --prescale-lead-min"
-        " before it; none given: the pre-scale CronJob is rendered suspended",
-    )
-    group.add_argument("--sale-end", default=d.sale_end, help="ISO 8601: scale back after it")
-    group.add_argument("--prescale-lead-min", type=int, default=d.prescale_lead_min)
-    group.add_argument("--haproxy-image", default=d.haproxy_image, help="the balancers' image")
-    group.add_argument(
-        "--balancer-cores-per-pod",
-        type=int,
-        default=d.balancer_cores_per_pod,
-        help="haproxy threads (and cores requested) per balancer pod",
-    )
-    group.add_argument("--namespace", default=d.namespace, help="the namespace it all runs in")
-    group.add_argument(
-        "--pod-cidr", default=d.pod_cidr, help="the pods' addresses: the balancers' among them"
-    )
-    group.add_argument("--pg-port", type=int, default=d.pg_port, help="PostgreSQL's port")
-    group.add_argument(
-        "--monitoring",
-        action="store_true",
-        help="also a ServiceMonitor and a PrometheusRule (needs the Prometheus Operator's CRDs)",
-    )
-    group.add_argument(
-        "--monitoring-namespace", default=d.monitoring_namespace, help="Prometheus's namespace"
-    )
+    for name, text in OPTIONS:
+        flag, default = "--" + name.replace("_", "-"), getattr(_DEFAULTS, name)
+        if isinstance(default, bool):
+            group.add_argument(flag, action="store_true", help=text)
+        else:
+            group.add_argument(flag, type=type(default), default=default, help=text)
 
 
 def emit_k8s(

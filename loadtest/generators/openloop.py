@@ -185,39 +185,53 @@ class OpenLoop:
 
     async def run(self) -> dict[str, Any]:
         plan = self.plan
-        loop = asyncio.get_running_loop()
-        for _ in range(plan.connections):
-            _, conn = await loop.create_connection(lambda: Connection(self), plan.host, plan.port)
-            self.connections.append(conn)
-            self.idle.append(conn)
-        total = int(plan.rate * (plan.warmup_s + plan.duration_s))
+        await self._connect()
         self.start = time.perf_counter() + 0.01
         self.cpu_start = time.process_time()
         self.measure_from = self.start + plan.warmup_s
-        sent = 0
-        while sent < total:
-            now = time.perf_counter()
-            due = min(total, int((now - self.start) * plan.rate) + 1)
-            while sent < due:
-                intended = self.start + sent / plan.rate
-                self.dispatch_lag.add_s(now - intended)
-                self._dispatch(intended, self.request(sent))
-                sent += 1
-            wait = self.start + sent / plan.rate - time.perf_counter()
-            await asyncio.sleep(wait - SPIN_WINDOW_S / 2 if wait > SPIN_WINDOW_S else 0)
+        await self._send(self.start, plan.rate, int(plan.rate * (plan.warmup_s + plan.duration_s)))
         finished_sending = time.perf_counter()
-        deadline = finished_sending + plan.drain_s
-        while (self.in_flight or self.queue) and time.perf_counter() < deadline:
-            await asyncio.sleep(0.005)
+        await self._drain()
         # Charge the unanswered at least the time they have waited so far.
         now = time.perf_counter()
         waiting = [c.intended for c in self.connections if c.busy] + [t for t, _, _ in self.queue]
         for intended in waiting:
             self.histogram.add_s(now - intended)
+        self._close()
+        return self._summary(len(waiting), finished_sending)
+
+    async def _connect(self) -> None:
+        plan = self.plan
+        loop = asyncio.get_running_loop()
+        for _ in range(plan.connections):
+            _, conn = await loop.create_connection(lambda: Connection(self), plan.host, plan.port)
+            self.connections.append(conn)
+            self.idle.append(conn)
+
+    async def _send(self, begin: float, rate: float, count: int, first: int = 0) -> None:
+        """``count`` requests from request ``first`` on, the n-th due at ``begin + n / rate``."""
+        n = 0
+        while n < count:
+            now = time.perf_counter()
+            due = min(count, int((now - begin) * rate) + 1)
+            while n < due:
+                intended = begin + n / rate
+                self.dispatch_lag.add_s(now - intended)
+                self._dispatch(intended, self.request(first + n))
+                n += 1
+            wait = begin + n / rate - time.perf_counter()
+            await asyncio.sleep(wait - SPIN_WINDOW_S / 2 if wait > SPIN_WINDOW_S else 0)
+
+    async def _drain(self) -> None:
+        """Wait for the answers still due, ``drain_s`` at most."""
+        deadline = time.perf_counter() + self.plan.drain_s
+        while (self.in_flight or self.queue) and time.perf_counter() < deadline:
+            await asyncio.sleep(0.005)
+
+    def _close(self) -> None:
         for conn in self.connections:
             if conn.transport is not None:
                 conn.transport.close()
-        return self._summary(len(waiting), finished_sending)
 
     def _summary(self, unanswered: int, finished_sending: float) -> dict[str, Any]:
         h = self.histogram
@@ -262,6 +276,12 @@ def _requests(plan: Plan) -> Callable[[int], bytes]:
         return head + b"Authorization: Bearer " + tokens[i % len(tokens)] + b"\r\n\r\n"
 
     return with_token
+
+
+def plan_for(url: str, **rest: Any) -> Plan:
+    """The plan for ``url`` (host, port and path from it), the rest as given."""
+    parts = urlsplit(url)
+    return Plan(parts.hostname or "127.0.0.1", parts.port or 80, parts.path or "/", **rest)
 
 
 def read_tokens(path: Path, first: int, count: int) -> list[bytes]:
@@ -311,12 +331,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=Path, help="buyer tokens, one per line, one per request")
     parser.add_argument("--first", type=int, default=0, help="first token line to use")
     args = parser.parse_args()
-    url = urlsplit(args.url)
     count = int(args.rate * (args.warmup + args.duration))
-    plan = Plan(
-        host=url.hostname or "127.0.0.1",
-        port=url.port or 80,
-        path=url.path or "/",
+    plan = plan_for(
+        args.url,
         rate=args.rate,
         duration_s=args.duration,
         warmup_s=args.warmup,

@@ -13,14 +13,12 @@ prints one ``PHASED_JSON {...}`` line.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import uvloop
 
@@ -84,14 +82,7 @@ class PhasedLoop(openloop.OpenLoop):
         return MEASURED if intended < self.after_start else AFTER
 
     async def run(self) -> dict[str, Any]:
-        plan = self.plan
-        loop = asyncio.get_running_loop()
-        for _ in range(plan.connections):
-            _, conn = await loop.create_connection(
-                lambda: openloop.Connection(self), plan.host, plan.port
-            )
-            self.connections.append(conn)
-            self.idle.append(conn)
+        await self._connect()
         self.start = time.perf_counter() + 0.01
         begin = self.start
         for phase in self.phases:
@@ -101,30 +92,15 @@ class PhasedLoop(openloop.OpenLoop):
         sent = 0
         for phase, begin in zip(self.phases, self.phase_starts, strict=True):
             total = int(phase.rate * phase.seconds)
-            first = sent
-            while sent - first < total:
-                now = time.perf_counter()
-                due = min(total, int((now - begin) * phase.rate) + 1)
-                while sent - first < due:
-                    intended = begin + (sent - first) / phase.rate
-                    self.dispatch_lag.add_s(now - intended)
-                    self._dispatch(intended, self.request(sent))
-                    sent += 1
-                wait = begin + (sent - first) / phase.rate - time.perf_counter()
-                spin = openloop.SPIN_WINDOW_S
-                await asyncio.sleep(wait - spin / 2 if wait > spin else 0)
-        end = time.perf_counter() + plan.drain_s
-        while (self.in_flight or self.queue) and time.perf_counter() < end:
-            await asyncio.sleep(0.005)
+            await self._send(begin, phase.rate, total, sent)
+            sent += total
+        await self._drain()
         unanswered = sum(c.busy for c in self.connections) + len(self.queue)
-        for conn in self.connections:
-            if conn.transport is not None:
-                conn.transport.close()
+        self._close()
         return self._report(unanswered)
 
     def _report(self, unanswered: int) -> dict[str, Any]:
         measured = self.phases[MEASURED]
-
         return {
             "offered_rps": measured.rate,
             "seconds": measured.seconds,
@@ -193,11 +169,8 @@ def main() -> None:
     args = parser.parse_args()
     phases = [Phase(float(r), float(s)) for r, s in (p.split(":") for p in args.phase)]
     count = int(sum(p.rate * p.seconds for p in phases)) + 1
-    url = urlsplit(args.url)
-    plan = openloop.Plan(
-        host=url.hostname or "127.0.0.1",
-        port=url.port or 80,
-        path=url.path or "/",
+    plan = openloop.plan_for(
+        args.url,
         rate=phases[0].rate,
         duration_s=phases[MEASURED].seconds,
         warmup_s=phases[WARMUP].seconds,

@@ -55,22 +55,31 @@ def run(
         script = SCRIPTS / "get.lua"
         headers = [f"-H{name}: {value}" for name, value in get_headers.items()]
     argv = [
-        "wrk",
-        f"-t{threads}",
-        f"-c{connections}",
-        f"-d{max(1, round(duration_s))}s",
-        f"--timeout={TIMEOUT_S}s",
-        "--latency",
-        *headers,
-        "-s",
-        str(script),
-        url,
-    ]
+        "wrk", f"-t{threads}", f"-c{connections}", f"-d{max(1, round(duration_s))}s",
+        f"--timeout={TIMEOUT_S}s", "--latency", *headers, "-s", str(script), url,
+    ]  # fmt: skip
     if tokens:
         path, first, count = tokens
         argv += ["--", str(path), str(first), str(count), str(threads)]
     done = child.run(argv, PREFIX, what="wrk", timeout_s=duration_s + 60, core=core)
     return parse(done.result, done.cpu_s)
+
+
+def spike(
+    url: str, tokens: Path, buyers: int, connections: int, core: int, timeout_s: float
+) -> tuple[dict[str, Any], bool, float]:
+    """``spike.lua``: each of ``buyers`` (a token each, the file's first lines) buys once, as
+    fast as they are answered, for ``timeout_s`` at most. (Its WRK_JSON summary, whether every
+    buyer was answered, wrk's CPU seconds.)"""
+    argv = [
+        "wrk", "-t1", f"-c{connections}", f"-d{int(timeout_s) + 60}s", f"--timeout={TIMEOUT_S}s",
+        "--latency", "-s", str(SCRIPTS / "spike.lua"), url,
+        "--", str(tokens), "0", str(buyers), "1",
+    ]  # fmt: skip
+    done, answered = child.run_until(
+        argv, PREFIX, "SPIKE_DONE", what="wrk", wait_s=timeout_s, core=core
+    )
+    return done.result, answered, done.cpu_s
 
 
 def parse(raw: dict[str, int | float], cpu_s: float = 0.0) -> WrkResult:

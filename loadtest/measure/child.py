@@ -1,10 +1,13 @@
 """A child process's result: it prints one line ``<PREFIX>{json}``; the parent runs it (pinned
-to a core when asked), reads that line, and says why when there is none."""
+to a core when asked) to its end, or until it says it is done and is interrupted, reads that
+line, and says why when there is none."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,3 +73,32 @@ def summary(argv: list[str], prefix: str, **how: Any) -> dict[str, Any]:
     if not isinstance(found, dict):
         raise RuntimeError(f"{how.get('what', argv[0])}: its {prefix.strip()} line is no object")
     return found
+
+
+def run_until(
+    argv: list[str], prefix: str, done: str, *, what: str, wait_s: float, core: int | str
+) -> tuple[Finished, bool]:
+    """Run ``argv`` until it prints a line starting with ``done`` (``wait_s`` at most), then
+    interrupt it (SIGINT: it prints its result line and exits) and read that line; and whether
+    ``done`` came in time."""
+    before = cpu.children_s()
+    lines: list[str] = []
+    came = threading.Event()
+    proc = subprocess.Popen(pinned(core, argv), stdout=subprocess.PIPE, text=True)  # noqa: S603
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith(done):
+                came.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    in_time = came.wait(wait_s)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(30)
+    reader.join(10)
+    used = cpu.children_s() - before
+    why = f"exit {proc.returncode}: {''.join(lines)[-500:]}"
+    return Finished(result_line(lines, prefix, what, why), used, proc.returncode), in_time

@@ -17,9 +17,7 @@ of its own with ``--writer``). Exits 1 when a check fails. Files: ``loadtest/rep
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import subprocess
 import sys
 import time
@@ -28,7 +26,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import asyncpg
 
@@ -38,7 +36,7 @@ from flashsale.stack.processes import StackError, process_group, run
 from kernel.settings import PROJECT_ROOT, Settings, settings
 from loadtest.constants import LOCUSTFILE, REPORTS_DIR
 from loadtest.scenarios.run import SEQ_BITS, WORKER_BITS
-from loadtest.scenarios.spike import LOCUST_GRACE_S, Report, answer_checks, print_answers
+from loadtest.scenarios.spike import LOCUST_GRACE_S, Outcome, Report, parser_of
 from rig import admin, invariants
 from rig.invariants import Check
 
@@ -59,17 +57,9 @@ class DistributedOptions:
 
 
 @dataclass
-class DistributedResult:
-    report_dir: Path
-    item_id: int = 0
+class DistributedResult(Outcome):
     clients: list[Host] = field(default_factory=list)
-    outcome: dict[str, Any] = field(default_factory=dict)
     orders_by_worker: dict[int, int] = field(default_factory=dict)
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.checks) and all(c.passed for c in self.checks)
 
 
 @contextmanager
@@ -90,18 +80,8 @@ def client_hosts(cfg: Settings, count: int) -> Iterator[list[Host]]:
 
 
 def locust_argv(host: Host, *args: str) -> list[str]:
-    return [
-        "ip",
-        "netns",
-        "exec",
-        host.netns,
-        sys.executable,
-        "-m",
-        "locust",
-        "-f",
-        str(LOCUSTFILE),
-        *args,
-    ]
+    locust = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE)]
+    return ["ip", "netns", "exec", host.netns, *locust, *args]
 
 
 def master_argv(
@@ -191,17 +171,9 @@ def run_distributed(
         argv = master_argv(opts, cfg, master, item, report_dir)
         with open(report_dir / "master.log", "w") as master_log:
             code = run_master(argv, master_log, opts.duration_s + LOCUST_GRACE_S)
-        outcome_path = report_dir / "outcome.json"
-        if not outcome_path.exists():
+        if not result.read(cfg, report, "distributed"):
             result.checks = [Check("Locust ran", False, f"master exit {code}; see master.log")]
             return result
-        result.outcome = json.loads(outcome_path.read_text())
-        print_answers(report, result.outcome)
-        accepted = result.outcome["accepted"]
-        report.say(f"distributed: waiting for the writer to store {len(accepted)} orders...")
-        result.checks = answer_checks(result.outcome) + invariants.check_invariants(
-            cfg, [item.item_id], accepted
-        )
         per_worker, bases = asyncio.run(orders_by_worker(cfg, item.item_id))
         result.orders_by_worker = dict(per_worker)
         result.checks += range_checks(opts, per_worker, bases)
@@ -222,33 +194,25 @@ def run_master(argv: list[str], log: TextIO, timeout_s: float) -> int:
     return done.returncode
 
 
+FLAGS = (
+    ("--workers", "workers", "Locust workers, a host each"),
+    ("--buyers", "buyers", "the crowd, over all workers"),
+    ("--units", "units", None),
+    ("--shards", "shards", None),
+    ("--users", "users", "Locust users per worker"),
+    ("--duration", "duration_s", "at most (s)"),
+    ("--writer", "writer", "start a writer for the run"),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
-    d = DistributedOptions()
-    p = argparse.ArgumentParser(
-        prog="python -m loadtest.scenarios.distributed",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--workers", type=int, default=d.workers, help="Locust workers, a host each")
-    p.add_argument("--buyers", type=int, default=d.buyers, help="the crowd, over all workers")
-    p.add_argument("--units", type=int, default=d.units)
-    p.add_argument("--shards", type=int, default=d.shards)
-    p.add_argument("--users", type=int, default=d.users, help="Locust users per worker")
-    p.add_argument("--duration", type=float, default=d.duration_s, help="at most (s)")
-    p.add_argument("--writer", action="store_true", help="start a writer for the run")
-    p.add_argument("--report-dir", type=Path)
+    prog = "python -m loadtest.scenarios.distributed"
+    p = parser_of(prog, __doc__, DistributedOptions(), FLAGS, "<timestamp>-dist")
     a = p.parse_args(argv)
     if not 1 <= a.workers <= 29:
         p.error("--workers: between 1 and 29 (client hosts .221-.250, one for the master)")
     opts = DistributedOptions(
-        workers=a.workers,
-        buyers=a.buyers,
-        units=a.units,
-        shards=a.shards,
-        users=a.users,
-        duration_s=a.duration,
-        writer=a.writer,
-        report_dir=a.report_dir,
+        **{name: getattr(a, name) for _, name, _ in FLAGS}, report_dir=a.report_dir
     )
     return 0 if run_distributed(opts).passed else 1
 

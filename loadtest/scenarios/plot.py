@@ -1,15 +1,12 @@
 """A run's plot from Locust's ``--csv-full-history`` file (``<prefix>_stats_history.csv``):
 latency percentiles over time (Locust's "current" percentiles, over its last ~10 s) and
-throughput per second, in total and per answer kind, with the user count.
-
-    python -m loadtest.scenarios.plot loadtest/reports/<run>/spike_stats_history.csv [out.png]
-"""
+throughput per second, in total and per answer kind, with the user count (``spike.py`` draws
+its run's)."""
 
 from __future__ import annotations
 
 import csv
 import math
-import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,13 +92,3 @@ def plot_history(history_csv: Path, out_png: Path, title: str = "") -> Path:
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
     return out_png
-
-
-def main() -> None:
-    history = Path(sys.argv[1])
-    out = Path(sys.argv[2]) if len(sys.argv) > 2 else history.with_suffix(".png")
-    print(plot_history(history, out))
-
-
-if __name__ == "__main__":
-    main()

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,16 +56,37 @@ class SpikeOptions:
 
 
 @dataclass
-class SpikeResult:
+class Outcome:
+    """A Locust run and what was checked of it: its outcome file, the checks of its answers and
+    of the invariants; it passed when every check did."""
+
     report_dir: Path
     item_id: int = 0
     outcome: dict[str, Any] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
-    plot: Path | None = None
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def read(self, cfg: Settings, report: Report, name: str, **drain: float) -> bool:
+        """The outcome file Locust wrote, its answers printed, then the checks: the answers, and
+        the invariants once the writer has stored every 202; False when there is no file."""
+        path = self.report_dir / "outcome.json"
+        if not path.exists():
+            return False
+        self.outcome = json.loads(path.read_text())
+        print_answers(report, self.outcome)
+        accepted = self.outcome["accepted"]
+        report.say(f"{name}: waiting for the writer to store {len(accepted)} orders...")
+        found = invariants.check_invariants(cfg, [self.item_id], accepted, **drain)
+        self.checks = answer_checks(self.outcome) + found
+        return True
+
+
+@dataclass
+class SpikeResult(Outcome):
+    plot: Path | None = None
 
 
 class Report:
@@ -221,19 +242,11 @@ def run(opts: SpikeOptions, cfg: Settings | None = None, out: TextIO = sys.stdou
         )
         argv = locust_argv(opts, base, item, report_dir)
         code = run_locust(argv, report_dir / "locust.log", opts.duration_s + LOCUST_GRACE_S, out)
-        outcome_path = report_dir / "outcome.json"
-        if not outcome_path.exists():
+        if not result.read(cfg, report, "spike", drain_timeout_s=opts.drain_timeout_s):
             report.say(f"spike: Locust exited {code} without results; see {report_dir}/locust.log")
             result.checks = [Check("Locust ran", False, f"exit {code}")]
             report.write(report_dir / "report.txt")
             return result
-        result.outcome = json.loads(outcome_path.read_text())
-        print_answers(report, result.outcome)
-        accepted = result.outcome["accepted"]
-        report.say(f"spike: waiting for the writer to store {len(accepted)} orders...")
-        result.checks = answer_checks(result.outcome) + invariants.check_invariants(
-            cfg, [item.item_id], accepted, drain_timeout_s=opts.drain_timeout_s
-        )
     history = report_dir / "spike_stats_history.csv"
     if history.exists():
         title = (
@@ -270,20 +283,34 @@ FLAGS = (
 )
 
 
-def main(argv: list[str] | None = None) -> int:
-    d = SpikeOptions()
+def parser_of(
+    prog: str,
+    doc: str | None,
+    defaults: object,
+    flags: Sequence[tuple[str, str, str | None]],
+    reports: str = "<timestamp>",
+) -> argparse.ArgumentParser:
+    """A command line of ``flags`` (flag, field of ``defaults``, help), each with the field's
+    default and type (a bool one a switch), and ``--report-dir`` (``loadtest/reports/<reports>``
+    if not given)."""
     parser = argparse.ArgumentParser(
-        prog="python -m loadtest.scenarios.spike",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    for flag, name, text in FLAGS:
-        default = getattr(d, name)
+    for flag, name, text in flags:
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=name, action="store_true", help=text)
+            continue
         metavar = flag[2:].upper().replace("-", "_")
         parser.add_argument(
             flag, dest=name, metavar=metavar, type=type(default), default=default, help=text
         )
-    parser.add_argument("--report-dir", type=Path, help="default loadtest/reports/<timestamp>")
+    parser.add_argument("--report-dir", type=Path, help=f"default loadtest/reports/{reports}")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = parser_of("python -m loadtest.scenarios.spike", __doc__, SpikeOptions(), FLAGS)
     args = parser.parse_args(argv)
     opts = SpikeOptions(
         **{name: getattr(args, name) for _, name, _ in FLAGS}, report_dir=args.report_dir

@@ -34,27 +34,14 @@ class Part:
 
 # (section, scenario, subject, baseline, metric, goal, label)
 TARGETS = (
-    (
-        "closed",
-        "sold_out",
-        "gateway",
-        "bare_asgi",
-        "rps",
-        0.9,
-        "Sold-out req/s, gateway ÷ bare ASGI",
-    ),
-    ("closed", "reserve", "gateway", "naive", "rps", 2.5, "Reserve req/s, gateway ÷ naive gateway"),
+    ("closed", "sold_out", "gateway", "bare_asgi", "rps", 0.9,
+     "Sold-out req/s, gateway ÷ bare ASGI"),
+    ("closed", "reserve", "gateway", "naive", "rps", 2.5,
+     "Reserve req/s, gateway ÷ naive gateway"),
     ("writer", "batch", "100", "1", "orders_per_s", 20.0, "Writer orders/s, batch 100 ÷ batch 1"),
-    (
-        "writer",
-        "batch",
-        "1000",
-        "1",
-        "orders_per_s",
-        20.0,
-        "Writer orders/s, batch 1,000 ÷ batch 1",
-    ),
-)
+    ("writer", "batch", "1000", "1", "orders_per_s", 20.0,
+     "Writer orders/s, batch 1,000 ÷ batch 1"),
+)  # fmt: skip
 
 
 def _verdict(measured: Summary | None, goal: float) -> str:
