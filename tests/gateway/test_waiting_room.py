@@ -219,13 +219,15 @@ async def test_5000_early_joiners_for_500_units(
 
 
 async def _first_sold_out(c: Client, tickets: list[tuple[int, str]]) -> float:
-    """Poll waiting tickets (never admitted: the last places), each with its buyer's token, in
-    turn, every 20 ms; the monotonic time of the first 410."""
+    """Poll the last places' tickets, each with its buyer's token, in turn, every 20 ms; the
+    monotonic time of the first 410. They wait, or are admitted (never buying) when the
+    frontier outran the buyers: it moves at the rate while units are left, and a starved
+    machine's admitted buyers may take longer to buy the 500 than it takes to reach them."""
     for buyer, ticket in itertools.cycle(tickets):
         status, body, _ = await c.poll(buyer, ticket)
         if status == 410:
             return time.monotonic()
-        assert status == 200 and body["state"] == "WAITING", body
+        assert status == 200 and body["state"] in {"WAITING", "ADMITTED"}, body
         await asyncio.sleep(0.02)
     raise AssertionError("unreachable")
 

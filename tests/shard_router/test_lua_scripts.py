@@ -8,7 +8,9 @@ import uuid
 
 import pytest
 
-from shard_router import Outcome, ShardRouter, shard_keys
+from rig.waiting import until
+from shard_router import Outcome, Reservation, ShardRouter, shard_keys
+from shard_router.reserving import UnitMayBeHeld
 
 pytestmark = pytest.mark.integration
 
@@ -69,12 +71,22 @@ async def test_concurrent_double_clicks_take_at_most_one_unit(router: ShardRoute
     for k in range(4):
         await router.load_shard(item, k, 0 if k == 0 else 5, [], [])
     results = await asyncio.gather(
-        *(router.reserve(item, 4, 8, _order(), lambda shard: b"e") for _ in range(20))
+        *(router.reserve(item, 4, 8, _order(), lambda shard: b"e") for _ in range(20)),
+        return_exceptions=True,
     )
-    assert sum(r.outcome is Outcome.RESERVED for r in results) == 1
-    states = await router.shard_states(item, 4)
-    assert sum(s.stock for s in states) == 14
-    assert sum(s.holds for s in states) == 1
+    # A call past its deadline (a starved machine) is the buyer's 503 "may be held": it may
+    # have run. Any other exception is a failure.
+    unconfirmed = [r for r in results if isinstance(r, UnitMayBeHeld)]
+    answered = [r for r in results if not isinstance(r, UnitMayBeHeld)]
+    assert all(isinstance(r, Reservation) for r in answered), answered
+    reserved = sum(r.outcome is Outcome.RESERVED for r in answered if isinstance(r, Reservation))
+    assert reserved <= 1 and reserved + len(unconfirmed) >= 1, results
+
+    async def one_unit_held() -> bool:  # once every call sent has run
+        states = await router.shard_states(item, 4)
+        return (sum(s.stock for s in states), sum(s.holds for s in states)) == (14, 1)
+
+    await until(one_unit_held, what="exactly one unit held, the other 14 on sale")
 
 
 async def test_load_shard_rebuilds_holds_and_buyers(router: ShardRouter) -> None:
