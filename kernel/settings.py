@@ -250,6 +250,9 @@ class Settings:
     # the project's own clients drop theirs at half of it (rig/http.py), so none reuses one
     # as it closes.
     edge_keepalive_ms: int = 1000
+    # How long the balancer waits for a client's whole request head from its first byte
+    # awaited (haproxy's timeout http-request): a silent or slowloris socket is closed by then.
+    edge_request_timeout_ms: int = 2000
     # The path prefixes the balancer's public listener forwards; anything else it answers 404
     # NOT_FOUND itself ("/" forwards every route). Operators reach /admin, /vouchers and
     # /metrics through the fleet's operator listener (balancer port + 1, loopback only).
@@ -353,6 +356,7 @@ _RANGES: dict[str, msgspec.Meta] = {
             "edge_queue_timeout_ms",
             "edge_maxconn",
             "edge_keepalive_ms",
+            "edge_request_timeout_ms",
             "waiting_room_tick_ms",
             "waiting_room_rate_per_s",
             "waiting_room_admission_s",

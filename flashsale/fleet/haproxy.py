@@ -49,6 +49,7 @@ class Edge:
     buyer_tokens: BuyerTokens | None = None
     keepalive_ms: int = 1000
     join_bucket: Bucket | None = None
+    request_timeout_ms: int = 2000
 
     @classmethod
     def of(cls, cfg: Settings) -> Edge:
@@ -64,6 +65,7 @@ class Edge:
             BuyerTokens.of(cfg),
             cfg.edge_keepalive_ms,
             (cfg.waiting_room_join_address_rate_per_s, cfg.waiting_room_join_address_burst),
+            cfg.edge_request_timeout_ms,
         )
 
     def verifies_tokens(self) -> BuyerTokens | None:
@@ -147,6 +149,7 @@ def render(
         maxconn=edge.maxconn,
         queue_ms=edge.queue_timeout_ms,
         keepalive_ms=edge.keepalive_ms,
+        request_timeout_ms=edge.request_timeout_ms,
         server_maxconn=edge.server_maxconn,
         max_queue=max(1, edge.queue_per_server * len(hosts)),
         overloaded_body=_quoted(encode(OVERLOADED.body())),

@@ -29,6 +29,18 @@ def worker_index(environ: Mapping[str, str]) -> int:
     return int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
 
 
+# A light worker runs at a lower CPU priority (tests/support/scheduling.py), and so do the
+# gateways, balancers and clients its tests start: beside the rows, one of them can be off the
+# CPU for over 2 s between opening a connection and writing its request head, and granian's and
+# haproxy's 2 s head timeouts (wall time) then close connections a quiet machine would serve
+# (two such failures in a quiet two-worker run). Their head timeouts are patient there; tests
+# of those timeouts set their own, and the rows, on gw0, keep the shipped 2 s.
+PATIENT_EDGES = {
+    "FLASHSALE_GATEWAY_HEADER_TIMEOUT_MS": "30000",
+    "FLASHSALE_EDGE_REQUEST_TIMEOUT_MS": "30000",
+}
+
+
 def stack_overlay(index: int, environ: Mapping[str, str]) -> dict[str, str]:
     """The ``FLASHSALE_*`` variables that give worker ``index`` a stack of its own (none for 0)."""
     if index == 0:
@@ -59,6 +71,7 @@ def stack_overlay(index: int, environ: Mapping[str, str]) -> dict[str, str]:
         # Clear of the default fleet's 10.77.0.0/24 and fleet.private's 10.78.k.0/24.
         "FLASHSALE_FLEET_SUBNET": f"10.{90 + index}.0.0/24",
         "FLASHSALE_FLEET_BALANCER_PORT": str(18500 + 1000 * index),
+        **PATIENT_EDGES,
     }
 
 
