@@ -190,7 +190,9 @@ def _secs(value: float | None) -> str:
     return "never" if value is None else f"{value:.1f}s"
 
 
-@pytest.mark.parametrize("run", range(1, 4))
+# Twice: a failover's loss window is narrow (WAIT narrows it further), so one run may miss
+# what another shows; each run kills a primary of the cluster the last one left.
+@pytest.mark.parametrize("run", range(1, 3))
 def test_a_primary_killed_mid_sale_keeps_every_promise(whole: Settings, run: int) -> None:
     _row(whole, f"redis-primary-sigkill-{run}", _kill).judge()
 
