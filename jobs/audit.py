@@ -3,7 +3,8 @@ Redis's holds against the database's rows, then repairs, then a second look.
 
 Each hold in Redis is an active order (redemption) in the database, or still in flight (in an
 outbox, or Kafka has messages the writer has not committed), else it is a *ghost*; a hold whose
-order the database has ended is *stale*: releasing it is always safe, on sale or not (release is
+order the database has ended, or whose event the writer dead-lettered with no row to store, is
+*stale*: releasing it is always safe, on sale or not (release is
 idempotent, and only the call that removes the hold record gives the unit back), except that one
 the writer refused for capacity is forfeited (its hold dropped, its unit not given back: Redis
 granted a unit it did not have, and giving it back would sell it again). An active order
@@ -118,6 +119,24 @@ class HoldAudit(abc.ABC, Generic[E, P]):
 
 
 A = TypeVar("A", bound=HoldAudit[Any, Any])  # a report
+
+# A hold's status when the writer dead-lettered its event with no row to store (undecodable,
+# unsupported, invalid): not active, so the hold is stale and released once, not a ghost.
+DEAD_LETTERED = "DEAD_LETTERED"
+_DEAD_LETTERED = """
+select order_id from dead_lettered_event where stream = $1 and order_id = any($2::text[])
+"""
+
+
+async def add_dead_lettered(
+    pool: asyncpg.Pool, stream: str, holds: Collection[str], statuses: dict[str, str]
+) -> None:
+    """Give DEAD_LETTERED to each of ``holds`` with no row in ``statuses`` whose event the
+    writer's ``stream`` ("orders", "vouchers": FLASHSALE_WRITER_STREAMS' words) dead-lettered."""
+    rowless = [order_id for order_id in holds if order_id not in statuses]
+    if rowless:
+        for row in await pool.fetch(_DEAD_LETTERED, stream, rowless):
+            statuses[row["order_id"]] = DEAD_LETTERED
 
 
 async def reconcile_each(

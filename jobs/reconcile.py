@@ -24,7 +24,7 @@ import asyncpg
 from domain.arm import arm_item
 from domain.give_back import give_back
 from domain.order_lifecycle import ACTIVE, SOLD_OUT, Ended, release_ended
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck, add_dead_lettered
 from jobs.outbox_delivery import deliver
 from jobs.repairs import repaired
 from jobs.table import render
@@ -101,6 +101,7 @@ async def reconcile_item(
         item_id,
     )
     statuses = {r["id"]: r["status"] for r in rows}
+    await add_dead_lettered(pool, "orders", holds, statuses)
     refused = {r["id"] for r in rows if (r["failure_reason"] or "").startswith(SOLD_OUT)}
     report.audit_holds(holds, statuses, ACTIVE, outboxed, refused)
     return report

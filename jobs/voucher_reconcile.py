@@ -22,7 +22,7 @@ import asyncpg
 from domain.give_back import give_back
 from domain.voucher_arm import OUT_OF_STOCK
 from domain.voucher_lifecycle import ACTIVE, EndedUse
-from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck
+from jobs.audit import AUDIT_COLUMNS, HoldAudit, Reconciliation, Stuck, add_dead_lettered
 from jobs.outbox_delivery import deliver
 from jobs.repairs import repaired
 from jobs.table import render
@@ -96,6 +96,7 @@ async def reconcile_voucher(
     if voucher["relay_done"]:  # no gateway relays this voucher's outbox any more
         report.stuck = [Stuck(code, o, payload) for o, payload in entries.items()]
         entries = {}
+    await add_dead_lettered(pool, "vouchers", holds, statuses)
     report.audit_holds(holds, statuses, ACTIVE, entries.keys(), refused)
     return report
 

@@ -8,7 +8,8 @@ every step is idempotent, so the outcome equals one clean pass):
 1. parse: decode and validate (pure); poison and unsupported events become dead letters;
 2. store: one PostgreSQL transaction (writer/sink.py), retried with bounded backoff;
 3. dead-letter: refused rows, rows the database rejected outright and poison, flushed and
-   acknowledged;
+   acknowledged; the orderIds of poison, unsupported and invalid events (no row to store)
+   recorded in PostgreSQL, for reconciliation to release the holds they left;
 4. Redis (writer/settle.py): give back (or, refused for capacity, forfeit) the hold of every
    refused row (also of one refused by an earlier pass: a crash may have come between its
    commit and its release), re-assert the holds of the stored rows, and drop stored rows from
@@ -119,6 +120,7 @@ class StreamWriter(Generic[E]):
             failpoint(f"{self.stream.failpoints}.after_commit")
         letters = batch.dead_letters + rejected + _dead_letters(written)
         await self._dead_letter(letters)
+        await self._record_dead_letters(batch.dead_letters)
         await self.settler.settle(written)
         await self.source.commit(batch.offsets)
         self._count(len(records), written, letters)
@@ -177,6 +179,18 @@ class StreamWriter(Generic[E]):
             await retrying("deadletter", attempt, never, self.backoff)
             for letter in letters:
                 metrics.DEAD_LETTERS.labels(letter.kind).inc()
+
+    async def _record_dead_letters(self, letters: list[DeadLetter]) -> None:
+        """Undecodable, unsupported and invalid events: no row to store, so their orderIds are
+        recorded for reconciliation to release the holds they left (before the offsets are
+        committed: a crash before it redelivers the batch)."""
+        if not letters:
+            return
+
+        async def attempt() -> None:
+            await self.sink.record_dead_letters(letters)
+
+        await retrying("db", attempt, db_retriable, self.backoff)
 
     async def _refresh_lag(self) -> None:
         # Local to librdkafka (position and the high watermark of the last fetch): cheap.

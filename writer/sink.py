@@ -38,7 +38,7 @@ from typing import Any, Generic
 import asyncpg
 
 from kernel.failpoints import failpoint
-from writer.batch import E, Row
+from writer.batch import DeadLetter, E, Row
 from writer.errors import RaceLost
 from writer.retry import db_rejected
 from writer.rules import decide
@@ -64,6 +64,22 @@ class Written(Generic[E]):
             {**self.locked, **other.locked},
             self.holders + other.holders,
         )
+
+
+_RECORD_DEAD_LETTER = """
+insert into dead_lettered_event (stream, order_id, kind, reason) values ($1, $2, $3, $4)
+on conflict (stream, order_id) do nothing
+"""
+_MAX_ORDER_ID = 64  # the column's CHECK: a longer key is nobody's orderId
+
+
+def _order_id(key: bytes | None) -> str | None:
+    """The orderId a Kafka key names, if it can name one (printable text, not too long)."""
+    try:
+        text = (key or b"").decode()
+    except UnicodeDecodeError:
+        return None
+    return text if 0 < len(text) <= _MAX_ORDER_ID and text.isprintable() else None
 
 
 class Sink(Generic[E]):
@@ -99,6 +115,17 @@ class Sink(Generic[E]):
                         if not db_rejected(exc):
                             raise
         return Written([Decision(row, Fate.REJECTED, reason)], locked)
+
+    async def record_dead_letters(self, letters: Sequence[DeadLetter]) -> None:
+        """Remember, by the orderId of their Kafka key, the events dead-lettered with no row to
+        store: the hold one left in Redis is then released by reconciliation, not left a ghost
+        (migrations/0007_dead_lettered_event.sql). Idempotent: a batch may come again."""
+        keyed = [(letter, _order_id(letter.record.key)) for letter in letters]
+        values = [(self.stream.name, o, x.kind, x.reason) for x, o in keyed if o is not None]
+        if not values:
+            return
+        async with asyncio.timeout(TRANSACTION_TIMEOUT_S):
+            await self.pool.executemany(_RECORD_DEAD_LETTER, values)
 
     async def ended(self, holders: Sequence[Holder]) -> list[Holder]:
         """Those of ``holders`` whose row is no longer active (ended since it was stored)."""
