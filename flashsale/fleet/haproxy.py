@@ -262,6 +262,16 @@ def server_states(socket_path: Path) -> dict[str, str]:
     }
 
 
+def queued(socket_path: Path) -> int:
+    """Requests waiting in the gateways' queue now (their backend's ``qcur``)."""
+    rows = _stat_rows(socket_path)
+    return sum(
+        int(r.get("qcur") or 0)
+        for r in rows
+        if r.get("pxname") == "gateways" and r.get("svname") == "BACKEND"
+    )
+
+
 def overload_counts(socket_path: Path) -> dict[str, int]:
     """Where the balancer's 503s came from: refused at once (the queue full), timed out in the
     queue, or the gateways' own; and the longest queue it held."""

@@ -22,6 +22,7 @@ from gateway.admission import OVERLOADED
 from gateway.responses import render
 from kernel.settings import Settings, settings
 from rig.ports import free_port
+from rig.waiting import wait_until
 from tests.deploy.backend import Backend
 
 pytestmark = [pytest.mark.slow]
@@ -80,10 +81,12 @@ def test_overload_is_refused_like_the_gateway_refuses_it(tight: Edged) -> None:
         held: Future[tuple[httpx.Response, float]] = pool.submit(_post, base)
         assert tight.backend.started.acquire(timeout=5), "the first request never reached it"
         queued = pool.submit(_post, base)
-        time.sleep(0.1)  # in haproxy's queue by now: the backend holds its only slot
-        refused, took = _post(base)  # the queue is full: refused at once
+        # Waiting in haproxy's queue (the backend holds its only slot), as haproxy says: a
+        # fixed sleep let a starved client send the next one first.
+        assert wait_until(lambda: haproxy.queued(tight.balancer.socket) == 1, 5, 0.01)
+        refused, _ = _post(base)  # the queue is full: refused at once, not queued
         _is_the_gateways_refusal(refused)
-        assert took < 0.1, f"the full-queue refusal took {took * 1000:.0f} ms"
+        assert haproxy.overload_counts(tight.balancer.socket)["refused_queue_full"] == 1
         timed_out, waited = queued.result(timeout=5)  # its 300 ms in the queue ran out
         _is_the_gateways_refusal(timed_out)
         assert 0.25 <= waited < 0.3 + SLACK_S, waited

@@ -89,7 +89,14 @@ def _probe(system: System, gateway: int, item_id: int, claims: Claims) -> tuple[
 
 
 def _of(answers: list[Answer], gateway: int, start_s: float, end_s: float) -> set[int]:
-    return {a.status for a in answers if a.gateway == gateway and start_s <= a.due_s < end_s}
+    """The statuses answered by ``gateway`` to buyers due in [start_s, end_s). A request with
+    no answer (status 0: its connection lost on a starved machine) says nothing about the
+    clock; the report's deadline check judges it, against the machine's load."""
+    return {
+        a.status
+        for a in answers
+        if a.gateway == gateway and start_s <= a.due_s < end_s and a.status != 0
+    }
 
 
 def _skewed() -> GatewaySpec:
