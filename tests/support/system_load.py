@@ -182,10 +182,14 @@ class OpenLoad:
                 pending.append(asyncio.create_task(self._one(session, buyer, due, token, i)))
             return list(await asyncio.gather(*pending))
 
+    def _gateway_for(self, i: int) -> int:
+        """Which gateway buyer ``i`` is sent to: round robin."""
+        return i % len(self._gateways)
+
     async def _one(
         self, session: aiohttp.ClientSession, buyer: int, due: float, token: str, i: int
     ) -> Answer:
-        gateway = i % len(self._gateways)
+        gateway = self._gateway_for(i)
         base = self._gateways[gateway]
         status, retry_after, order_id, error = await buy(session, base, self._item_id, token)
         resent = False

@@ -34,7 +34,7 @@ from kernel.settings import Settings
 from rig.pressure import bound_kept
 from tests.support.kafka import admin_client, create_topics, delete_topics
 from tests.support.system import GatewaySpec, System, fresh_buyers
-from tests.support.system_load import Answer, OpenLoad, buy
+from tests.support.system_load import Answer, OpenLoad
 from tests.support.workers import worker_port
 from tests.support.writer import make_item
 
@@ -155,17 +155,11 @@ class _Balanced(OpenLoad):
         except (aiohttp.ClientError, ValueError):
             return False
 
-    async def _one(
-        self, session: aiohttp.ClientSession, buyer: int, due: float, token: str, i: int
-    ) -> Answer:
+    def _gateway_for(self, i: int) -> int:
+        """Round robin over the gateways in rotation (all of them if none is); the request,
+        its resend after a lost connection and its answer are OpenLoad's."""
         rotation = [g for g, up in enumerate(self.up) if up] or list(range(len(self.up)))
-        gateway = rotation[i % len(rotation)]
-        status, retry_after, order_id, error = await buy(
-            session, self._gateways[gateway], self._item_id, token
-        )
-        answer = Answer(buyer, gateway, due, self.now(), status, retry_after, order_id, error)
-        self._answered[i] = answer  # as OpenLoad._one does: settle() reads it
-        return answer
+        return rotation[i % len(rotation)]
 
 
 def _balanced_load(system: System, item_id: int) -> _Balanced:
