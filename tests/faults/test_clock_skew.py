@@ -227,6 +227,7 @@ async def _meta(cfg: Settings, sale: int) -> set[bytes | str]:
 
 ADMISSION_S = 20  # shorter than the skew: by the skewed gateway's own clock, an admission the
 # true one writes would have run out 10 s before it was written
+ADMISSION_POLL_S = 0.5  # between polls: the buyer's poll bucket refills 2 a second
 ADMISSION_SLACK_S = 3.0  # whole seconds in the token, and an answer's time on a busy machine
 
 
@@ -239,7 +240,7 @@ def _admitted(queue: str, auth: dict[str, str], ticket: str, until: float) -> di
             if body["state"] == "ADMITTED":
                 return body
             ticket = body["ticket"]
-        time.sleep(ROOM_MARGIN_S / 2)
+        time.sleep(ADMISSION_POLL_S)
     raise AssertionError(f"not admitted by {until - time.time():.0f} s from now")
 
 
